@@ -1,0 +1,34 @@
+# One-command set-up: `make test` (the test suite) and `make demo` (the main job) build
+# the virtual environment themselves on a fresh machine; a second run does nothing costly.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CUDA user overrides the pin, e.g. make setup TORCH='torch==2.5.1'
+TORCH ?= torch==2.13.0
+# fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (DESIGN section 4)
+FAIRSEQ ?= ve-fairseq==0.12.3
+
+.PHONY: setup test test-slow demo bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py requirements.txt Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q '$(TORCH)' numpy cython
+	$(PY) -m pip install -q --no-deps '$(FAIRSEQ)'
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, fairseq, fairseq_eva; print('torch', torch.__version__, '| fairseq', fairseq.__version__)"
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow tests
+
+demo: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info

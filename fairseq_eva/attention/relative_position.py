@@ -1,0 +1,50 @@
+"""T5-style bucketed relative position bias, used by EVA inside the local set E only."""
+
+import math
+
+import torch
+from torch import nn
+
+
+def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
+    """Bucket of each relative position (key position minus query position), as in T5.
+
+    Half the buckets (a quarter when bidirectional, per direction) are exact small distances,
+    the rest grow logarithmically up to `max_distance`, beyond which all share the last bucket.
+    """
+    n = -relative_position
+    bucket = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).long() * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp_min(0)
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(n.clamp_min(1).float() / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = large.clamp_max(num_buckets - 1)
+    return bucket + torch.where(n < max_exact, n, large)
+
+
+class RelativePositionBias(nn.Module):
+    """One learned scalar per (head, bucket); `forward` maps relative positions to H x ... biases."""
+
+    def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128):
+        super().__init__()
+        if num_buckets < 2 or (bidirectional and num_buckets < 4):
+            raise ValueError(f"rpe_num_buckets must be at least {4 if bidirectional else 2}, got {num_buckets}")
+        if max_distance < num_buckets // (4 if bidirectional else 2) + 1:
+            raise ValueError(f"rpe_max_distance ({max_distance}) is too small for {num_buckets} buckets")
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bias = nn.Embedding(num_buckets, num_heads)
+        nn.init.normal_(self.bias.weight, std=0.02)
+
+    def forward(self, relative_position):
+        buckets = relative_position_bucket(
+            relative_position, self.bidirectional, self.num_buckets, self.max_distance
+        )
+        values = self.bias(buckets)  # ... x H
+        return values.movedim(-1, 0)  # H x ...
