@@ -14,7 +14,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: setup.py requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q '$(TORCH)' numpy cython
+	$(PY) -m pip install -q '$(TORCH)' 'numpy<2' cython
 	$(PY) -m pip install -q --no-deps '$(FAIRSEQ)'
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .

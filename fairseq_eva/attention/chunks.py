@@ -46,19 +46,19 @@ class ChunkSummaries(nn.Module):
         return k_summary, omega
 
     def _log_weights(self, omega, k):
-        # (omega . k_m - |k_m|^2 / 2) / sqrt(d), in float32 for a stable softmax
-        dot = (k @ omega.unsqueeze(-1)).squeeze(-1) if omega.dim() == k.dim() - 1 else (k * omega).sum(-1)
-        return (upcast(dot) - 0.5 * upcast(k).pow(2).sum(-1)) * self.scale
+        # (omega . k_m - |k_m|^2 / 2) / sqrt(d) equals -|k_m - omega|^2 / (2 sqrt(d)) up to |omega|^2 / (2 sqrt(d)),
+        # a constant of the chunk that its softmax ignores: one subtraction, no batched matmul on strided views
+        return upcast(k - omega).square().sum(-1) * (-0.5 * self.scale)
 
     def uniform(self, q, k, v, chunk_size):
-        """q, k, v: B x H x N x d, N a multiple of chunk_size, every position real.
+        """q, k, v: B x H x N x d (any strides), N a multiple of chunk_size, every position real.
 
         Returns k~ and beta, each B x H x (N / chunk_size) x d.
         """
         qc, kc, vc = (t.unflatten(2, (-1, chunk_size)) for t in (q, k, v))  # B x H x C x s x d
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
-        weights = torch.softmax(self._log_weights(omega, kc), dim=-1).to(v.dtype)
-        beta = (weights.unsqueeze(-2) @ vc).squeeze(-2)
+        weights = torch.softmax(self._log_weights(omega.unsqueeze(3), kc), dim=-1).to(v.dtype)
+        beta = (weights.unsqueeze(-1) * vc).sum(3)
         return k_summary, beta
 
     def segmented(self, q, k, v, chunk_ids, num_chunks):

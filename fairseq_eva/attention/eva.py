@@ -5,7 +5,13 @@ summary k~_c per visible chunk, whose value is the chunk's importance-sampled su
 (DESIGN section 2, the paper's Eq. 13 and Algorithms 1-2).
 
 All queries of a block share their candidate set (up to causal order inside the block), so the
-whole layer is one batched attention over blocks: scores of shape blocks x w x (w' + C), never N x N.
+layer is softmax attention over blocks, with keys [block keys ; chunk summaries k~] and values
+[block values ; beta]: torch's fused scaled_dot_product_attention computes that joint softmax exactly,
+with biases and masks as additive masks of shape (block, keys), and without materialising the scores
+(blocks x w x (w' + C), never N x N). On the CPU, causal EVA calls the fused kernel once per part
+(own block, previous block, visible chunks) and joins the parts (flash.py).
+Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major"): the blocks,
+the fused kernel's inputs and outputs are all views of it, without transposed copies.
 """
 
 import math
@@ -15,10 +21,44 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chunks import PROPOSALS, ChunkSummaries, upcast
+from . import flash
+from .chunks import PROPOSALS, ChunkSummaries
 from .relative_position import RelativePositionBias
 
 Cache = Dict[str, Tensor]
+
+
+def _low(dtype):
+    """The additive mask of a hidden key: exp() of it is 0, yet a row with every key hidden stays finite."""
+    return torch.finfo(dtype).min
+
+
+def _bias(hidden, dtype):
+    """Additive mask from a boolean one (True = hidden)."""
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, _low(dtype))
+
+
+def _cat_last(a, b):
+    """Concatenates two masks along keys, broadcasting the other dimensions."""
+    shape = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    return torch.cat([a.expand(*shape, a.size(-1)), b.expand(*shape, b.size(-1))], dim=-1)
+
+
+def _pad_positions(t, before, after):
+    """Zero positions before / after the N of a B x H x N x d tensor, keeping its token-major memory."""
+    if before == after == 0:
+        return t
+    return F.pad(t.transpose(1, 2), (0, 0, 0, 0, before, after)).transpose(1, 2)
+
+
+def _blocks(t, nb):
+    """B x H x (nb w) x d -> B x nb x w x H x d, a view of token-major memory."""
+    return t.transpose(1, 2).unflatten(1, (nb, -1))
+
+
+def _heads(t):
+    """B x blocks x L x H x d -> (B blocks) x H x L x d: blocks as batch rows of the fused attention."""
+    return t.flatten(0, 1).transpose(1, 2)
 
 
 def check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout):
@@ -130,71 +170,78 @@ class EVAAttention(nn.Module):
                 x = x.gather(1, order.unsqueeze(-1).expand_as(x))
                 lengths = (~pad).sum(1)
         q, k, v = (self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        y = self._causal(q, k, v) if self.causal else self._bidirectional(q, k, v, lengths)
-        y = y.transpose(1, 2).reshape(B, N, self.embed_dim)
+        y = self.attention(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
         if lengths is not None:
             is_pad = torch.arange(N, device=x.device)[None, :] >= lengths[:, None]
             y = y.masked_fill(is_pad.unsqueeze(-1), 0)
             y = torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand_as(y), y)
         return self.out_proj(y)
 
+    def attention(self, q, k, v, lengths=None):
+        """The layer without its projections: q, k, v and the output are B x H x N x d; lengths (B) are
+        the numbers of real tokens, which come first (None: all real)."""
+        return self._causal(q, k, v) if self.causal else self._bidirectional(q, k, v, lengths)
+
     def _split_heads(self, x):
         B, N, _ = x.shape
-        return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # B x H x N x d
+        return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # B x H x N x d, token-major memory
 
-    def _attend(self, scores, values):
-        """One softmax over concatenated candidate groups; values[i] matches scores[i] (last dims)."""
-        widths = [s.size(-1) for s in scores]
-        scores = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]
-        probs = self.dropout(torch.softmax(upcast(scores), dim=-1).to(values[0].dtype))
-        out = None
-        for p, v in zip(probs.split(widths, dim=-1), values):
-            out = p @ v if out is None else out + p @ v
-        return out
+    def _sdpa(self, q, k, v, bias=None):
+        """Fused softmax attention; bias: an additive mask that broadcasts to the scores."""
+        dropout = self.dropout.p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=self.scale)
 
     def _rpe_bias(self, relative_position):
-        return self.rpe(relative_position.to(torch.long)).unsqueeze(1)  # H x 1 x ... (broadcast over blocks)
+        return self.rpe(relative_position.to(torch.long)).unsqueeze(0)  # 1 x H x ... (broadcast over blocks)
 
     def _bidirectional(self, q, k, v, lengths):
         B, H, N, d = q.shape
         w = self.window_size
-        low = torch.finfo(q.dtype).min
-        scores, values = [], []
-        if w > 0:
-            nb = math.ceil(N / w)
-            q, k, v = (F.pad(t, (0, 0, 0, nb * w - N)) for t in (q, k, v))
-            if self.overlap:
-                # keys of block b: positions [b*w - w/2, b*w + w + w/2)
-                offset = -(w // 2)
-                k_blocks = F.pad(k, (0, 0, w // 2, w // 2)).unfold(2, 2 * w, w)  # B x H x nb x d x 2w
-                v_blocks = F.pad(v, (0, 0, w // 2, w // 2)).unfold(2, 2 * w, w).transpose(-1, -2)
-            else:
-                offset = 0
-                k_blocks = k.unflatten(2, (nb, w)).transpose(-1, -2)
-                v_blocks = v.unflatten(2, (nb, w))
-            width = v_blocks.size(-2)
-            local = (q.unflatten(2, (nb, w)) @ k_blocks) * self.scale  # B x H x nb x w x width
+        low = _low(q.dtype)
+        k_summary = beta = chunk_ok = None
+        if self.chunks is not None:
+            k_summary, beta, chunk_ok = self._bidirectional_chunks(q, k, v, lengths)  # B x H x C x d, B x C
+        chunk_bias = None if chunk_ok is None else _bias(~chunk_ok, q.dtype)  # B x C
+        if w == 0:  # every query sees every chunk
+            return self._sdpa(q, k_summary, beta, None if chunk_bias is None else chunk_bias[:, None, None, :])
+
+        nb = math.ceil(N / w)
+        q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
+        offset = -(w // 2) if self.overlap else 0  # keys of block b: positions [b*w + offset, b*w + w - offset)
+        keys, values = (self._block_keys(t, nb) for t in (k, v))  # B x nb x width x H x d
+        width = keys.size(2)
+        if k_summary is not None:
+            C = k_summary.size(2)
+            keys = torch.cat([keys, k_summary.transpose(1, 2)[:, None].expand(B, nb, C, H, d)], dim=2)
+            values = torch.cat([values, beta.transpose(1, 2)[:, None].expand(B, nb, C, H, d)], dim=2)
+
+        # biases over [block keys ; chunks]: RPE, keys outside the sequence, empty chunks
+        bias = None
+        out_of_sequence = self.overlap or nb * w > N or lengths is not None
+        if self.rpe is not None or out_of_sequence or chunk_bias is not None:
             key_offsets = torch.arange(width, device=q.device) + offset
             if self.rpe is not None:
-                local = local + self._rpe_bias(key_offsets[None, :] - torch.arange(w, device=q.device)[:, None])
-            key_pos = torch.arange(nb, device=q.device)[:, None] * w + key_offsets  # nb x width
-            length = N if lengths is None else lengths[:, None, None]
-            key_ok = (key_pos >= 0) & (key_pos < length)  # (B x) nb x width
-            local = local.masked_fill(~key_ok.unsqueeze(-2).unsqueeze(-4), low)
-            scores.append(local)
-            values.append(v_blocks)
-        if self.chunks is not None:
-            k_summary, beta, chunk_ok = self._bidirectional_chunks(q[:, :, :N], k[:, :, :N], v[:, :, :N], lengths)
-            chunk_scores = (q @ k_summary.transpose(-1, -2)) * self.scale  # B x H x N' x C
-            if chunk_ok is not None:
-                chunk_scores = chunk_scores.masked_fill(~chunk_ok[:, None, None, :], low)
-            if w > 0:
-                chunk_scores = chunk_scores.unflatten(2, (-1, w))
-                beta = beta.unsqueeze(2)
-            scores.append(chunk_scores)
-            values.append(beta)
-        out = self._attend(scores, values)
-        return out.flatten(2, 3)[:, :, :N] if w > 0 else out
+                bias = self._rpe_bias(key_offsets[None, :] - torch.arange(w, device=q.device)[:, None])
+            else:
+                bias = q.new_zeros(1, 1, 1, width)
+            if out_of_sequence:
+                key_pos = torch.arange(nb, device=q.device)[:, None] * w + key_offsets  # nb x width
+                length = N if lengths is None else lengths[:, None, None]
+                outside = ((key_pos < 0) | (key_pos >= length)).expand(B, nb, width)
+                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), low)
+            if k_summary is not None:
+                chunks = q.new_zeros(1, 1, 1, C) if chunk_bias is None else chunk_bias[:, None].expand(B, nb, C)
+                bias = _cat_last(bias, chunks.reshape(-1, 1, 1, C))
+        out = self._sdpa(_heads(_blocks(q, nb)), _heads(keys), _heads(values), bias)  # (B nb) x H x w x d
+        return out.transpose(1, 2).reshape(B, nb * w, H, d)[:, :N].transpose(1, 2)
+
+    def _block_keys(self, t, nb):
+        """B x H x (nb w) x d -> B x nb x width x H x d: each block's keys (a view without overlap)."""
+        w = self.window_size
+        t = t.transpose(1, 2)
+        if self.overlap:
+            return F.pad(t, (0, 0, 0, 0, w // 2, w // 2)).unfold(1, 2 * w, w).permute(0, 1, 4, 2, 3)
+        return t.unflatten(1, (nb, w))
 
     def _bidirectional_chunks(self, q, k, v, lengths):
         """Chunks over each sequence's own L real tokens: C chunks of ceil(L / C), or chunks of chunk_size."""
@@ -217,36 +264,55 @@ class EVAAttention(nn.Module):
         B, H, N, d = q.shape
         w, s = self.window_size, self.chunk_size
         nb = math.ceil(N / w)
-        q, k, v = (F.pad(t, (0, 0, 0, nb * w - N)) for t in (q, k, v))
-        k_blocks, v_blocks = k.unflatten(2, (nb, w)), v.unflatten(2, (nb, w))
-        offset = 0
-        if self.overlap:  # E also holds the whole previous block (none for block 0)
-            offset = -w
-            k_blocks = torch.cat([F.pad(k_blocks, (0, 0, 0, 0, 1, 0))[:, :, :-1], k_blocks], dim=3)
-            v_blocks = torch.cat([F.pad(v_blocks, (0, 0, 0, 0, 1, 0))[:, :, :-1], v_blocks], dim=3)
-        width = k_blocks.size(3)
-        local = (q.unflatten(2, (nb, w)) @ k_blocks.transpose(-1, -2)) * self.scale  # B x H x nb x w x width
-        relative = torch.arange(width, device=q.device)[None, :] + offset - torch.arange(w, device=q.device)[:, None]
-        if self.rpe is not None:
-            local = local + self._rpe_bias(relative)
-        hidden = relative > 0  # w x width: the future
-        if self.overlap:
-            no_previous = (torch.arange(nb, device=q.device) == 0)[:, None, None] & (relative < -torch.arange(w, device=q.device)[:, None])
-            hidden = hidden | no_previous  # nb x w x width
-        low = torch.finfo(q.dtype).min
-        scores, values = [local.masked_fill(hidden, low)], [v_blocks]
-
-        # chunks of the last (1 + overlap) blocks are visible to no block: skip them
+        q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))  # pads come after every real query
         per_block = w // s if s else 0
-        used = max(0, nb - 1 - self.overlap) * per_block
-        if used > 0:
-            k_summary, beta = self.chunks.uniform(q[:, :, : used * s], k[:, :, : used * s], v[:, :, : used * s], s)
-            chunk_scores = ((q @ k_summary.transpose(-1, -2)) * self.scale).unflatten(2, (nb, w))
-            first_block = (torch.arange(nb, device=q.device) - int(self.overlap)).clamp_min(0)
-            visible = torch.arange(used, device=q.device)[None, :] < (first_block * per_block)[:, None]  # nb x used
-            scores.append(chunk_scores.masked_fill(~visible[:, None, :], low))
-            values.append(beta.unsqueeze(2))
-        return self._attend(scores, values).flatten(2, 3)[:, :, :N]
+        k_summary = beta = None
+        if nb > 1 + self.overlap and per_block:  # some block sees a chunk (those of the last 1 + overlap blocks: none)
+            k_summary, beta = self.chunks.uniform(q, k, v, s)
+
+        relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]  # key - query
+        own_bias = prev_bias = None
+        if self.rpe is not None:
+            own_bias = self._rpe_bias(relative).masked_fill(relative > 0, _low(q.dtype))
+            prev_bias = self._rpe_bias(relative - w) if self.overlap else None
+        trainable_bias = own_bias is not None and own_bias.requires_grad
+        if flash.available(q) and not trainable_bias and not (self.training and self.dropout.p > 0):
+            out = flash.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, w, per_block, self.overlap, self.scale)
+        else:
+            out = self._causal_groups(q, k, v, k_summary, beta, own_bias, prev_bias, per_block)
+        return out[:, :, :N]
+
+    def _causal_groups(self, q, k, v, k_summary, beta, own_bias, prev_bias, per_block):
+        """Causal EVA on any device, with dropout or a trainable RPE: groups of about sqrt(nb) blocks share
+        one key set [previous block ; own block ; chunks visible to the group's last block] under a mask of
+        shape (blocks, w, keys); masked chunk logits are about 1 / sqrt(nb) of all."""
+        B, H, N, d = q.shape
+        w, nb, low = self.window_size, N // self.window_size, _low(q.dtype)
+        qb, kb, vb = (t.transpose(1, 2).unflatten(1, (nb, w)) for t in (q, k, v))  # B x nb x w x H x d
+        relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
+        local = q.new_zeros(1, 1, w, w).masked_fill(relative > 0, low) if own_bias is None else own_bias
+        if self.overlap:  # E also holds the whole previous block, none for block 0: masks of block 0 and the others
+            kb, vb = (torch.cat([F.pad(t, (0, 0, 0, 0, 0, 0, 1, 0))[:, :-1], t], dim=2) for t in (kb, vb))
+            previous = q.new_zeros(1, 1, w, w) if prev_bias is None else prev_bias
+            local = torch.cat([_cat_last(torch.full_like(previous, low), local), _cat_last(previous, local)])
+        group = max(1, round(math.sqrt(nb)))
+        outs = []
+        for first in range(0, nb, group):
+            last = min(nb, first + group)
+            index = torch.arange(first, last, device=q.device)
+            keys, values = kb[:, first:last], vb[:, first:last]
+            bias = local[(index > 0).long()] if self.overlap else local.expand(last - first, -1, -1, -1)
+            K = max(0, last - 1 - self.overlap) * per_block if k_summary is not None else 0  # chunks seen by the last block
+            if K > 0:
+                shape = (B, last - first, K, H, d)
+                keys = torch.cat([keys, k_summary.transpose(1, 2)[:, None, :K].expand(shape)], dim=2)
+                values = torch.cat([values, beta.transpose(1, 2)[:, None, :K].expand(shape)], dim=2)
+                hidden = torch.arange(K, device=q.device)[None, :] >= (index - int(self.overlap)).clamp_min(0)[:, None] * per_block
+                bias = _cat_last(bias, _bias(hidden, q.dtype)[:, None, None, :])
+            bias = bias.expand(B, *bias.shape).flatten(0, 1)
+            out = self._sdpa(_heads(qb[:, first:last]), _heads(keys), _heads(values), bias)  # (B blocks) x H x w x d
+            outs.append(out.transpose(1, 2).unflatten(0, (B, -1)))
+        return torch.cat(outs, dim=1).flatten(1, 2).transpose(1, 2)
 
     # ---------------------------------------------------------------- incremental decoding
 
@@ -270,17 +336,16 @@ class EVAAttention(nn.Module):
         keys, vals, offset = k_block, v_block, 0
         if "k_prev" in cache:
             keys, vals, offset = torch.cat([cache["k_prev"], k_block], 2), torch.cat([cache["v_prev"], v_block], 2), -w
-        local = (q @ keys.transpose(-1, -2)) * self.scale  # B x H x 1 x width
-        if self.rpe is not None:
-            local = local + self._rpe_bias(torch.arange(keys.size(2), device=x.device) + offset - i)
-        scores, values = [local], [vals]
+        relative = torch.arange(keys.size(2), device=x.device)[None, :] + offset - i  # 1 x width
+        bias = self._rpe_bias(relative) if self.rpe is not None else None  # 1 x H x 1 x width
         if "k_chunks" in cache:
             block = cache["k_chunks"].size(2) * s // w  # index of this token's block
             visible = max(0, block - int(self.overlap)) * (w // s)
             if visible > 0:
-                scores.append((q @ cache["k_chunks"][:, :, :visible].transpose(-1, -2)) * self.scale)
-                values.append(cache["beta_chunks"][:, :, :visible])
-        out = self._attend(scores, values)  # B x H x 1 x d
+                keys = torch.cat([keys, cache["k_chunks"][:, :, :visible]], dim=2)
+                vals = torch.cat([vals, cache["beta_chunks"][:, :, :visible]], dim=2)
+                bias = None if bias is None else F.pad(bias, (0, visible))
+        out = self._sdpa(q, keys, vals, bias)  # B x H x 1 x d
 
         if s:
             q_block = torch.cat([cache["q_block"], q], dim=2) if "q_block" in cache else q

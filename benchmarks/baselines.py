@@ -1,0 +1,120 @@
+"""The attention mechanisms that the benchmarks compare, each a whole layer with the same four projections.
+
+Every mechanism is a module with `forward(x)` (B x N x embed_dim, projections included) and
+`attention(q, k, v)` (B x H x N x d per-head queries, keys and values, projections excluded).
+
+- EVA and block-local attention are fairseq_eva's EVAAttention: block-local attention is EVA with no
+  chunks, the paper's "Local" baseline (DESIGN section 2, special cases), so they share the code.
+- softmax: exact attention written out (N x N scores, softmax, weighted sum), as a plain implementation.
+- sdpa: exact attention by torch.nn.functional.scaled_dot_product_attention (a fused kernel).
+- performer: Performer / RFA with positive orthogonal random features (FAVOR+, Choromanski et al. 2021),
+  bidirectional, linear in N.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fairseq_eva.attention import EVAAttention
+
+
+class ProjectedAttention(nn.Module):
+    """q, k, v and output projections around a per-head attention function, as in EVAAttention."""
+
+    def __init__(self, embed_dim, num_heads, attend):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(embed_dim, embed_dim) for _ in range(4))
+        self.attend = attend
+
+    def attention(self, q, k, v):
+        return self.attend(q, k, v)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        q, k, v = (p(x).view(B, N, self.num_heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        return self.out_proj(self.attention(q, k, v).transpose(1, 2).reshape(B, N, D))
+
+
+def softmax_attention(q, k, v, causal=False):
+    """Exact attention with the N x N score matrix written out."""
+    scores = (q @ k.transpose(-1, -2)) * q.size(-1) ** -0.5
+    if causal:
+        future = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def sdpa_attention(q, k, v, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def orthogonal_gaussian(num_features, dim, generator=None):
+    """num_features x dim rows, orthogonal within each block of dim rows, with chi(dim) lengths: the
+    marginals of Gaussian rows with lower variance (Performer's orthogonal random features)."""
+    blocks = []
+    for _ in range(math.ceil(num_features / dim)):
+        orthonormal, _ = torch.linalg.qr(torch.randn(dim, dim, generator=generator))
+        blocks.append(orthonormal.T)
+    lengths = torch.randn(num_features, dim, generator=generator).norm(dim=1)
+    return torch.cat(blocks)[:num_features] * lengths[:, None]
+
+
+class PerformerAttention(nn.Module):
+    """FAVOR+: exp(q.k / sqrt(d)) ~ phi(q).phi(k) with phi(x) = exp(w.x - |x|^2 / 2) / sqrt(m), x scaled
+    by d^(-1/4), w the rows of `projection`; the output is phi(q) (phi(k)^T v) / phi(q) (phi(k)^T 1)."""
+
+    def __init__(self, head_dim, num_features, seed=0, eps=1e-6):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("projection", orthogonal_gaussian(num_features, head_dim, generator))
+        self.eps = eps
+
+    def features(self, x, is_query):
+        x = x * x.size(-1) ** -0.25
+        logits = x @ self.projection.to(x.dtype).T - x.square().sum(-1, keepdim=True) / 2  # B x H x N x m
+        # a constant shift per query row, or one for all keys, cancels in the ratio: it only keeps exp finite
+        shift = logits.amax(-1, keepdim=True) if is_query else logits.amax(dim=(-2, -1), keepdim=True)
+        return (torch.exp(logits - shift.detach()) + self.eps) / math.sqrt(self.projection.size(0))
+
+    def forward(self, q, k, v):
+        phi_q, phi_k = self.features(q, True), self.features(k, False)
+        numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)  # B x H x N x d
+        denominator = phi_q @ phi_k.sum(-2).unsqueeze(-1)  # B x H x N x 1
+        return numerator / denominator
+
+
+class PerformerLayer(ProjectedAttention):
+    def __init__(self, embed_dim, num_heads, num_features, seed=0):
+        super().__init__(embed_dim, num_heads, None)
+        self.performer = PerformerAttention(embed_dim // num_heads, num_features, seed)
+        self.attend = self.performer
+
+
+def eva(embed_dim, num_heads, window=256, chunks=128, **options):
+    """Bidirectional EVA with abs(E) = window and C = chunks, no relative position bias."""
+    return EVAAttention(embed_dim, num_heads, window_size=window, num_chunks=chunks, use_rpe=False, **options)
+
+
+def eva_causal(embed_dim, num_heads, window=128, chunk_size=8, **options):
+    return EVAAttention(embed_dim, num_heads, causal=True, window_size=window, chunk_size=chunk_size, use_rpe=False, **options)
+
+
+def local(embed_dim, num_heads, window=256, causal=False):
+    """Block-local attention: EVA without chunks."""
+    return EVAAttention(embed_dim, num_heads, causal=causal, window_size=window, use_rpe=False)
+
+
+# name -> (builder(embed_dim, num_heads), causal): the mechanisms of the speed and memory benchmark
+MECHANISMS = {
+    "eva": (lambda D, H: eva(D, H), False),
+    "eva-causal": (lambda D, H: eva_causal(D, H), True),
+    "local": (lambda D, H: local(D, H), False),
+    "softmax": (lambda D, H: ProjectedAttention(D, H, softmax_attention), False),
+    "sdpa": (lambda D, H: ProjectedAttention(D, H, sdpa_attention), False),
+    "sdpa-causal": (lambda D, H: ProjectedAttention(D, H, lambda q, k, v: sdpa_attention(q, k, v, True)), True),
+    "performer-128": (lambda D, H: PerformerLayer(D, H, 128), False),
+    "performer-256": (lambda D, H: PerformerLayer(D, H, 256), False),
+}

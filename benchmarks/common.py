@@ -1,0 +1,180 @@
+"""What every benchmark shares: the machine's description, interleaved timing, peak memory, output files.
+
+Timing: the machine is shared, so a benchmark never compares numbers taken at different times. All the
+candidates of one setting are timed in the same run, interleaved (one sample of each in turn, the order
+rotating), several times; each sample averages enough calls to last `min_time`, and the median sample
+is reported. Ratios are taken between medians of the same run.
+
+On a shared machine the load changes from second to second, and with two threads OpenMP stalls at each
+parallel region whenever one of its threads waits for a core, which penalises many short kernels more than
+a few long ones. `--threads 1 --clock cpu` measures instead the CPU time of a one-thread process: the time
+the core spent on the work, not the time it waited for the core (memory and cache contention from other
+processes still show).
+
+Peak memory (CPU): torch.profiler with profile_memory=True records every allocation and free of the CPU
+allocator with its running total, so the peak of live tensor bytes during the measured call, above what
+was live when it started, is exact and does not depend on the load or on the allocator's caching. It
+counts tensors (kernel scratch buffers that torch allocates as tensors included), not the interpreter or
+library code. CUDA: torch.cuda.max_memory_allocated over the same baseline.
+"""
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+
+def add_common_args(parser, json_path, plot_path):
+    parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when there is one)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch's default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                        help="wall time, or the process's CPU time (meaningful with --threads 1 on a CPU)")
+    parser.add_argument("--json", default=json_path, help="where to write the results (JSON)")
+    parser.add_argument("--plot", default=plot_path, help="where to write the plot (PNG); '' for none")
+
+
+def setup(args):
+    """Applies --threads and --seed; returns the torch.device of --device."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if args.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(args.device)
+
+
+def machine(device):
+    """The machine a result was measured on."""
+    info = {
+        "device": str(device),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average_at_start": _load_average(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def _cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def _load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on every platform
+        return None
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def clock(kind):
+    """wall: time.perf_counter; cpu: the process's CPU time, which on one thread is the time the core
+    spent on it, whatever it waited for the core (robust to a shared machine's load; module docstring)."""
+    return time.process_time if kind == "cpu" else time.perf_counter
+
+
+def time_interleaved(candidates, device, repeats=5, min_time=0.2, budget=float("inf"), timer=time.perf_counter):
+    """candidates: name -> callable (one call = one measured operation). Returns name -> list of seconds
+    per call, one entry per repeat, taken in turn with the other candidates (see the module docstring).
+    Fewer repeats (3 at least) are taken where the slowest candidate would exceed `budget` seconds."""
+    names = list(candidates)
+    number, slowest = {}, 0.0
+    for name in names:  # warm-up call, which also sets how many calls one sample averages
+        start = timer()
+        candidates[name]()
+        synchronize(device)
+        elapsed = timer() - start
+        number[name] = max(1, math.ceil(min_time / max(elapsed, 1e-6)))
+        slowest = max(slowest, elapsed * number[name])
+    repeats = min(repeats, max(3, int(budget / max(slowest, 1e-6))))
+    samples = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = timer()
+            for _ in range(number[name]):
+                candidates[name]()
+            synchronize(device)
+            samples[name].append((timer() - start) / number[name])
+    return samples
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def peak_memory(fn, device):
+    """Peak bytes of live tensors while fn runs, above those live when it starts (module docstring)."""
+    if device.type == "cuda":
+        synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    from torch._C._profiler import _EventType
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            fields = event.extra_fields
+            events.append((event.start_time_ns, fields.alloc_size, fields.total_allocated))
+    if not events:
+        return 0
+    events.sort(key=lambda e: e[0])
+    _, first_size, first_total = events[0]
+    return max(total for _, _, total in events) - (first_total - first_size)
+
+
+def write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def figure(ncols, width=5.0, height=3.8):
+    """A row of matplotlib axes on a non-interactive backend."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def save_figure(fig, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

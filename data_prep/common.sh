@@ -1,0 +1,31 @@
+# Shared helpers of the data_prep scripts (sourced, not run).
+PYTHON=${PYTHON:-python}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+die() { echo "error: $*" >&2; exit 1; }
+step() { echo; echo "==> $*"; }
+need_file() { local f; for f in "$@"; do [[ -s $f ]] || die "missing input file $f"; done; }
+need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
+
+# fetch DIR URL[#sha256=HEX]...: resumable, verified downloads (data_prep/fetch.py)
+fetch() { local out=$1; shift; "$PYTHON" "$HERE/fetch.py" --out "$out" "$@"; }
+
+# A destination that holds something other than fairseq-preprocess output is not ours to replace.
+check_dest() {
+    local dest=$1
+    if [[ -e $dest && -n $(ls -A "$dest") && ! -e $dest/preprocess.log ]]; then
+        die "$dest exists and is not a fairseq-preprocess output folder; choose another DEST"
+    fi
+}
+
+# preprocess_into DEST ARGS...: fairseq-preprocess into DEST.tmp, then replace DEST, so that a
+# failed run leaves the old data untouched and a re-run never meets "dictionary already exists".
+preprocess_into() {
+    local dest=$1; shift
+    check_dest "$dest"
+    rm -rf "$dest.tmp"
+    fairseq-preprocess --destdir "$dest.tmp" "$@"
+    rm -rf "$dest"
+    mv "$dest.tmp" "$dest"
+}
+

@@ -1,0 +1,25 @@
+"""fairseq-facing modules: the MultiheadAttention adapter, EVA layers, encoder and decoders, options."""
+
+from .eva_multihead_attention import EVAMultiheadAttention
+from .options import add_lm_args, add_masked_lm_args, add_translation_args, eva_bool, validate_eva_args
+from .transformer_layers import (
+    EVALanguageModelDecoder,
+    EVATransformerDecoder,
+    EVATransformerDecoderLayer,
+    EVATransformerEncoder,
+    EVATransformerEncoderLayer,
+)
+
+__all__ = [
+    "EVALanguageModelDecoder",
+    "EVAMultiheadAttention",
+    "EVATransformerDecoder",
+    "EVATransformerDecoderLayer",
+    "EVATransformerEncoder",
+    "EVATransformerEncoderLayer",
+    "add_lm_args",
+    "add_masked_lm_args",
+    "add_translation_args",
+    "eva_bool",
+    "validate_eva_args",
+]

@@ -1,0 +1,109 @@
+"""EVAAttention with fairseq's MultiheadAttention calling convention (a thin adapter).
+
+- inputs are Time x Batch x Channel; `key_padding_mask` is Batch x Time, True at pads;
+- self-attention only: `key` and `value` must be `query` itself (or None);
+- `incremental_state` goes through fairseq's incremental-state helpers; the core's decoding cache is
+  the module's input buffer, and `reorder_incremental_state` reorders it for beam search; while
+  decoding incrementally `key_padding_mask` is not used (see `forward`);
+- returns `(output, None)`: EVA never forms the attention matrix, so no weights are returned;
+- `attn_mask`: causality is built into causal EVA, so the decoder's mask is not applied, but it is
+  checked to be the usual future mask (nothing else can be honoured); bidirectional EVA takes none.
+
+Parameter names (q_proj, k_proj, v_proj, out_proj) are those of fairseq's MultiheadAttention.
+"""
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from fairseq.incremental_decoding_utils import FairseqIncrementalState
+from torch import Tensor
+
+from ..attention import EVAAttention
+
+
+class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
+    """Multi-head EVA self-attention for fairseq layers (see the module docstring)."""
+
+    def __init__(self, embed_dim, num_heads, **eva_kwargs):
+        super().__init__(embed_dim, num_heads, **eva_kwargs)
+        self._checked_mask = None  # (data_ptr, shape, dtype, device, version) of a verified future mask
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor] = None,
+        value: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = False,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if (key is not None and key is not query) or (value is not None and value is not query):
+            raise ValueError("EVA is self-attention only: key and value must be the query itself")
+        if static_kv or before_softmax:
+            raise ValueError("EVA attention supports neither static_kv nor before_softmax")
+        self._check_attn_mask(attn_mask, query.size(0))
+        cache = None
+        if incremental_state is not None:
+            cache = self._get_input_buffer(incremental_state)
+            # fairseq's SequenceGenerator feeds a pad only to a dead beam (score -inf, e.g. the beams
+            # beside the forced prefix of a prompt); the core's cache has no per-row mask, so such a
+            # token is attended as a token of that beam, whose outputs are never used.
+            key_padding_mask = None
+        out = super().forward(query.transpose(0, 1), key_padding_mask, cache)
+        if incremental_state is not None:
+            self._set_input_buffer(incremental_state, cache)
+        return out.transpose(0, 1), None
+
+    def _check_attn_mask(self, attn_mask: Optional[Tensor], length: int):
+        if attn_mask is None:
+            return
+        if not self.causal:
+            raise ValueError("bidirectional EVA takes no attn_mask (use key_padding_mask for pads)")
+        signature = (attn_mask.data_ptr(), tuple(attn_mask.shape), attn_mask.dtype, attn_mask.device,
+                     attn_mask._version)
+        if signature == self._checked_mask:
+            return
+        ok = attn_mask.dim() == 2 and tuple(attn_mask.shape) == (length, length)
+        if ok:
+            future = torch.ones(length, length, dtype=torch.bool, device=attn_mask.device).triu(1)
+            if attn_mask.dtype == torch.bool:
+                ok = torch.equal(attn_mask, future)
+            else:  # additive: -inf (or a large negative value) on the future, 0 elsewhere
+                blocked = attn_mask <= -1e4
+                ok = torch.equal(blocked, future) and bool((attn_mask.masked_fill(future, 0) == 0).all())
+        if not ok:
+            raise ValueError(
+                "causal EVA builds causality in and can only be given fairseq's future mask as attn_mask "
+                f"(-inf above the diagonal, 0 elsewhere, {length} x {length}); got another mask of shape "
+                f"{tuple(attn_mask.shape)}"
+            )
+        self._checked_mask = signature
+
+    # ------------------------------------------------ fairseq's incremental-state interface
+
+    def _get_input_buffer(
+        self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]]
+    ) -> Dict[str, Optional[Tensor]]:
+        result = self.get_incremental_state(incremental_state, "eva_state")
+        return result if result is not None else {}
+
+    def _set_input_buffer(
+        self,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
+        buffer: Dict[str, Optional[Tensor]],
+    ):
+        return self.set_incremental_state(incremental_state, "eva_state", buffer)
+
+    def reorder_incremental_state(
+        self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]], new_order: Tensor
+    ):
+        """Select the beams of the decoding cache (called by fairseq's SequenceGenerator)."""
+        buffer = self._get_input_buffer(incremental_state)
+        if buffer:
+            self.reorder_cache(buffer, new_order)
+            incremental_state = self._set_input_buffer(incremental_state, buffer)
+        return incremental_state

@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Average the parameters of several fairseq checkpoints (the project's own version of fairseq's
+scripts/average_checkpoints.py, which the pip packages do not ship).
+
+    # the last 10 epoch checkpoints of a folder (checkpoint<N>.pt)
+    python scripts/average_checkpoints.py --inputs checkpoints/wmt14_eva32 --num-epoch-checkpoints 10 \
+        --output checkpoints/wmt14_eva32/checkpoint_avg10.pt
+    # the last 10 update checkpoints (checkpoint_<epoch>_<update>.pt), up to update 300000
+    python scripts/average_checkpoints.py --inputs DIR --num-update-checkpoints 10 --checkpoint-upper-bound 300000 --output OUT
+    # explicit files
+    python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+
+Every checkpoint must hold the same parameter names with the same shapes and dtypes, or nothing is
+written. Floating-point parameters are summed and divided in float64 and stored in their own dtype;
+other tensors (integer buffers) are taken from the first checkpoint (the newest, with --num-*), as is
+everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same folder and renamed into
+place, so that a failure leaves no partial file and an existing output untouched.
+
+Checkpoints are read with torch.load(weights_only=True): fairseq_eva registers the types fairseq
+checkpoints hold (argparse.Namespace, ...) as safe globals when it is imported.
+"""
+
+import argparse
+import collections
+import os
+import re
+import sys
+import tempfile
+
+import torch
+
+try:  # registers the safe globals that fairseq checkpoints need (DESIGN section 3)
+    import fairseq_eva  # noqa: F401
+except ImportError:  # plain state dicts still load
+    pass
+
+
+class AverageError(RuntimeError):
+    pass
+
+
+def last_n_checkpoints(folder, n, update_based, upper_bound=None):
+    """The paths of the newest n epoch (or update) checkpoints in folder, newest first."""
+    pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt$" if update_based else r"checkpoint(\d+)\.pt$")
+    found = []
+    for name in os.listdir(folder):
+        m = pattern.fullmatch(name)
+        if m:
+            step = int(m.group(1))
+            if upper_bound is None or step <= upper_bound:
+                found.append((step, os.path.join(folder, name)))
+    kind = "update" if update_based else "epoch"
+    if len(found) < n:
+        raise AverageError(f"found {len(found)} {kind} checkpoints in {folder}, need {n}")
+    return [path for _, path in sorted(found, reverse=True)[:n]]
+
+
+def load(path):
+    if not os.path.isfile(path):
+        raise AverageError(f"no checkpoint {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - report which file and why
+        raise AverageError(f"cannot load {path}: {e}") from e
+
+
+def average_checkpoints(paths):
+    """Return the first checkpoint's state with its "model" replaced by the average over paths."""
+    if not paths:
+        raise AverageError("no checkpoints to average")
+    base = None
+    sums = collections.OrderedDict()
+    for i, path in enumerate(paths):
+        state = load(path)
+        if not isinstance(state, dict) or "model" not in state:
+            raise AverageError(f"{path} holds no 'model' state dict")
+        model = state["model"]
+        if base is None:
+            base = state
+            ref = {k: (tuple(v.shape), v.dtype) for k, v in model.items()}
+            ref_path = path
+        else:
+            if set(model) != set(ref):
+                missing, extra = sorted(set(ref) - set(model)), sorted(set(model) - set(ref))
+                raise AverageError(
+                    f"{path} and {ref_path} differ in their parameters: "
+                    f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                    f"extra {extra[:5]}{'...' if len(extra) > 5 else ''}"
+                )
+            for k, v in model.items():
+                if (tuple(v.shape), v.dtype) != ref[k]:
+                    raise AverageError(
+                        f"{k}: {tuple(v.shape)} {v.dtype} in {path} but {ref[k][0]} {ref[k][1]} in {ref_path}"
+                    )
+        for k, v in model.items():
+            if v.is_floating_point():
+                sums[k] = v.to(torch.float64) if i == 0 else sums[k] + v.to(torch.float64)
+    averaged = collections.OrderedDict()
+    for k, v in base["model"].items():
+        averaged[k] = (sums[k] / len(paths)).to(v.dtype) if v.is_floating_point() else v
+    base["model"] = averaged
+    return base
+
+
+def atomic_save(state, output):
+    """torch.save to a temporary file beside output, then rename it into place."""
+    folder = os.path.dirname(os.path.abspath(output))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(output) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inputs", required=True, nargs="+",
+                        help="checkpoint files, or one folder with --num-epoch-checkpoints/--num-update-checkpoints")
+    parser.add_argument("--output", required=True, help="where to write the average")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpoint<epoch>.pt")
+    group.add_argument("--num-update-checkpoints", type=int, help="average the last N checkpoint_<epoch>_<update>.pt")
+    parser.add_argument("--checkpoint-upper-bound", type=int,
+                        help="ignore checkpoints after this epoch (or update, with --num-update-checkpoints)")
+    args = parser.parse_args(argv)
+    try:
+        n = args.num_epoch_checkpoints or args.num_update_checkpoints
+        if n is not None:
+            if len(args.inputs) != 1 or not os.path.isdir(args.inputs[0]):
+                raise AverageError("--num-*-checkpoints needs exactly one folder as --inputs")
+            paths = last_n_checkpoints(args.inputs[0], n, args.num_update_checkpoints is not None,
+                                       args.checkpoint_upper_bound)
+        else:
+            paths = args.inputs
+        print(f"averaging {len(paths)} checkpoints: {' '.join(paths)}", flush=True)
+        atomic_save(average_checkpoints(paths), args.output)
+    except AverageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

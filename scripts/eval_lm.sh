@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Language-model evaluation as in the paper: valid and test perplexity with context windows 0, 256, 480.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+usage() {
+    cat <<USAGE
+usage: $0 CHECKPOINT.pt
+
+Runs fairseq-eval-lm on each subset with each context window (a window of C scores each block of
+TOKENS_PER_SAMPLE - C new tokens with the C tokens before it as context) and prints a table of
+perplexities, also written to OUT/ppl.tsv.
+
+Environment (default):
+  DATA               binarised data (data-bin/wikitext-103)
+  SUBSETS            splits ("valid test")
+  CONTEXTS           context windows ("0 256 480")
+  TOKENS_PER_SAMPLE  evaluation length (512, the training length)
+  BATCH_SIZE         sequences per batch (16)
+  OUT                folder for the logs and ppl.tsv (the checkpoint's folder)
+  NGPUS              0 = evaluate on the CPU (default: a GPU if torch sees one)
+USAGE
+}
+[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+(($# == 1)) || { usage >&2; die "give one checkpoint"; }
+CKPT=$1
+DATA=${DATA:-data-bin/wikitext-103}
+SUBSETS=${SUBSETS:-valid test}
+CONTEXTS=${CONTEXTS:-0 256 480}
+TOKENS_PER_SAMPLE=${TOKENS_PER_SAMPLE:-512}
+BATCH_SIZE=${BATCH_SIZE:-16}
+OUT=${OUT:-$(dirname "$CKPT")}
+need_cmd fairseq-eval-lm
+need_data "$DATA" data_prep/prepare_wikitext103.sh
+need_checkpoint "$CKPT"
+mkdir -p "$OUT"
+cpu=(); [[ $(count_gpus) == 0 ]] && cpu=(--cpu)
+
+TABLE=$OUT/ppl.tsv
+printf 'subset\tcontext\tloss_base2\tppl\n' > "$TABLE.tmp"
+for subset in $SUBSETS; do
+    for ctx in $CONTEXTS; do
+        (( ctx < TOKENS_PER_SAMPLE )) || die "context window $ctx must be below TOKENS_PER_SAMPLE $TOKENS_PER_SAMPLE"
+        step "fairseq-eval-lm $subset, context window $ctx"
+        log=$OUT/eval_lm.$subset.ctx$ctx.log
+        fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" --path "$CKPT" --gen-subset "$subset" \
+            --tokens-per-sample "$TOKENS_PER_SAMPLE" --context-window "$ctx" --batch-size "$BATCH_SIZE" \
+            --softmax-batch 1024 --required-batch-size-multiple 1 "${cpu[@]}" 2>&1 | tee "$log" | grep -E 'Evaluated|Loss \(base 2\)' || true
+        line=$(grep -o 'Loss (base 2): [0-9.]*, Perplexity: [0-9.]*' "$log" | tail -n 1) \
+            || die "fairseq-eval-lm failed; see $log"
+        loss=$(sed -E 's/.*base 2\): ([0-9.]+),.*/\1/' <<< "$line")
+        ppl=$(sed -E 's/.*Perplexity: ([0-9.]+)/\1/' <<< "$line")
+        printf '%s\t%s\t%s\t%s\n' "$subset" "$ctx" "$loss" "$ppl" >> "$TABLE.tmp"
+    done
+done
+mv "$TABLE.tmp" "$TABLE"
+echo
+column -t -s $'\t' "$TABLE" 2>/dev/null || cat "$TABLE"
+echo "results: $TABLE"

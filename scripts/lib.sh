@@ -1,0 +1,78 @@
+# Shared helpers of the training and evaluation scripts (sourced, not run).
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+USER_DIR=$ROOT/fairseq_eva
+PYTHON=${PYTHON:-python}
+
+die() { echo "error: $*" >&2; exit 1; }
+step() { echo; echo "==> $*"; }
+need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
+
+# need_data DIR PREP: DIR must hold a fairseq-preprocess output
+need_data() {
+    compgen -G "$1/dict*.txt" >/dev/null || die "no binarised data in '$1' (no dict*.txt): run $2 first, or set DATA"
+}
+
+# need_checkpoint FILE
+need_checkpoint() { [[ -s $1 ]] || die "no checkpoint '$1': train one first (or give the right path)"; }
+
+# number of GPUs: $NGPUS, else all that torch sees (0: train on the CPU)
+count_gpus() {
+    if [[ -n ${NGPUS:-} ]]; then echo "$NGPUS"; return; fi
+    "$PYTHON" -c 'import torch; print(torch.cuda.device_count())'
+}
+
+# config_value NAME KEY: a value of configs/NAME.yaml (e.g. dataset.max_tokens)
+config_value() {
+    local file=$ROOT/configs/$1.yaml
+    [[ -s $file ]] || die "no config $file (see ls $ROOT/configs)"
+    "$PYTHON" -c 'import sys; from omegaconf import OmegaConf
+print(OmegaConf.select(OmegaConf.load(sys.argv[1]), sys.argv[2]))' "$file" "$2"
+}
+
+# ceil_div A B
+ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
+
+# run_training CONFIG BATCH_KEY PER_DEVICE TOTAL [hydra overrides...]
+# Trains with fairseq-hydra-train on configs/CONFIG.yaml. update_freq = ceil(TOTAL / (PER_DEVICE x GPUs
+# x NNODES)) keeps the effective batch of the paper (UPDATE_FREQ overrides it). NNODES > 1 launches this
+# node's share through torchrun (set NODE_RANK, MASTER_ADDR, MASTER_PORT on every node).
+run_training() {
+    local config=$1 batch_key=$2 per_device=$3 total=$4; shift 4
+    need_cmd fairseq-hydra-train
+    local gpus nnodes=${NNODES:-1} devices world uf
+    gpus=$(count_gpus)
+    devices=$(( gpus > 0 ? gpus : 1 ))
+    world=$(( devices * nnodes ))
+    uf=${UPDATE_FREQ:-$(ceil_div "$total" $(( per_device * world )))}
+    if (( per_device * world * uf != total )); then
+        echo "warning: effective batch $(( per_device * world * uf )) ($batch_key $per_device x $world devices x update_freq $uf) differs from the paper's $total" >&2
+    fi
+    local args=(--config-dir "$ROOT/configs" --config-name "$config"
+        "common.user_dir=$USER_DIR" "task.data=$DATA" "checkpoint.save_dir=$SAVE_DIR"
+        "$batch_key=$per_device" "optimization.update_freq=[$uf]"
+        "distributed_training.distributed_world_size=$world")
+    if (( gpus == 0 )); then
+        args+=(common.cpu=true common.fp16=false)
+    fi
+    local cmd=(fairseq-hydra-train "${args[@]}" "$@")
+    if (( nnodes > 1 )); then
+        [[ -n ${MASTER_ADDR:-} && -n ${NODE_RANK:-} ]] || die "NNODES=$nnodes needs NODE_RANK and MASTER_ADDR (and MASTER_PORT) on every node"
+        need_cmd torchrun
+        cmd=(torchrun --nnodes "$nnodes" --node-rank "$NODE_RANK" --nproc-per-node "$devices"
+             --master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}" "$(command -v fairseq-hydra-train)" "${args[@]}" "$@")
+    fi
+    echo "config $config: $world device(s) ($gpus GPU(s) x $nnodes node(s)), $batch_key $per_device, update_freq $uf"
+    echo "+ ${cmd[*]}"
+    [[ ${DRY_RUN:-0} == 1 ]] && return 0
+    mkdir -p "$SAVE_DIR"
+    "${cmd[@]}"
+}
+
+# Help text shared by the training scripts.
+TRAIN_ENV_HELP="Environment (default):
+  NGPUS        GPUs to use on this node (all that torch sees; 0 = CPU, fp16 off)
+  NNODES       nodes (1); with more, also NODE_RANK, MASTER_ADDR, MASTER_PORT (29500) on every node:
+               the script then starts this node's processes with torchrun
+  UPDATE_FREQ  gradient accumulation (computed: effective batch / (per-GPU batch x GPUs x nodes))
+  DRY_RUN      1 = print the command and stop
+Further arguments are hydra overrides, e.g. optimization.max_update=1000 model.dropout=0.2"

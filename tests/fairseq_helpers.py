@@ -1,0 +1,124 @@
+"""Shared helpers of the fairseq tests (tests/test_fairseq_*.py): running fairseq's command-line tools
+in subprocesses, parsing their logs, and preparing subsets of the bundled sample once per session."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+USER_DIR = str(REPO / "fairseq_eva")
+SAMPLE = REPO / "data" / "sample"
+BIN = Path(sys.executable).parent  # the virtual environment's fairseq-* scripts
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+# Sizes of the subsets used by the tests (the full sample is for scripts/sample_learning.sh).
+MT_SIZES = {"train": 2000, "valid": 100, "test": 40}
+LM_SIZES = {"train": 800, "valid": 100, "test": 100}
+VOCAB = 1000
+
+_CACHE = {}
+
+
+def cli_env():
+    env = dict(os.environ)
+    # tiny models: one thread each avoids oversubscribing a small, shared machine
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def run(tool, *args, cwd=None, input=None, timeout=600, check=True):
+    """Run a fairseq command-line tool (or `python`) and return the CompletedProcess (text, merged logs)."""
+    exe = sys.executable if tool == "python" else str(BIN / tool)
+    proc = subprocess.run(
+        [exe, *map(str, args)], cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=cli_env()
+    )
+    proc.log = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.log[-6000:]}")
+    return proc
+
+
+def json_records(log, kind):
+    """The JSON records that fairseq logs with --log-format json for `kind` (train_inner, valid, train)."""
+    records = []
+    for line in log.splitlines():
+        match = re.search(r"\|\s*" + kind + r"\s*\|\s*(\{.*\})\s*$", line) or re.search(
+            r"\[" + kind + r"\]\[INFO\] - (\{.*\})\s*$", line
+        )  # the second form: fairseq-hydra-train's logging
+        if match:
+            records.append({k: _number(v) for k, v in json.loads(match.group(1)).items()})
+    return records
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def is_finite(x):
+    return isinstance(x, float) and math.isfinite(x)
+
+
+def _train_spm(raw_files, model_prefix):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=",".join(map(str, raw_files)), model_prefix=str(model_prefix), vocab_size=VOCAB,
+        character_coverage=1.0, num_threads=1, minloglevel=2,
+    )
+    return spm.SentencePieceProcessor(model_file=f"{model_prefix}.model")
+
+
+def translation_data(tmp_path_factory):
+    """en-de subsets, sentencepiece (joint, 1000 pieces), binarised with a joined dictionary. Once a session."""
+    if "mt" in _CACHE:
+        return _CACHE["mt"]
+    root = tmp_path_factory.mktemp("mt_data")
+    raw = root / "raw"
+    raw.mkdir()
+    for split, n in MT_SIZES.items():
+        for lang in ("en", "de"):
+            lines = (SAMPLE / "po_en_de" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+            (raw / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sp = _train_spm([raw / "train.en", raw / "train.de"], root / "spm")
+    for split in MT_SIZES:
+        for lang in ("en", "de"):
+            with open(raw / f"{split}.spm.{lang}", "w", encoding="utf-8") as out:
+                for line in (raw / f"{split}.{lang}").read_text(encoding="utf-8").splitlines():
+                    out.write(" ".join(sp.encode(line.strip(), out_type=str)) + "\n")
+    run("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
+        "--trainpref", raw / "train.spm", "--validpref", raw / "valid.spm", "--testpref", raw / "test.spm",
+        "--destdir", root / "bin", "--joined-dictionary", "--workers", "1", cwd=root)
+    data = {"root": root, "bin": root / "bin", "spm": root / "spm.model", "raw": raw}
+    _CACHE["mt"] = data
+    return data
+
+
+def lm_data(tmp_path_factory):
+    """English prose subsets, sentencepiece (1000 pieces), binarised. Once a session."""
+    if "lm" in _CACHE:
+        return _CACHE["lm"]
+    root = tmp_path_factory.mktemp("lm_data")
+    raw = root / "raw"
+    raw.mkdir()
+    for split, n in LM_SIZES.items():
+        lines = (SAMPLE / "doc_en" / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:n]
+        (raw / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sp = _train_spm([raw / "train.txt"], root / "spm")
+    for split in LM_SIZES:
+        with open(raw / f"{split}.spm", "w", encoding="utf-8") as out:
+            for line in (raw / f"{split}.txt").read_text(encoding="utf-8").splitlines():
+                out.write(" ".join(sp.encode(line.strip(), out_type=str)) + "\n")
+    run("fairseq-preprocess", "--only-source", "--trainpref", raw / "train.spm", "--validpref", raw / "valid.spm",
+        "--testpref", raw / "test.spm", "--destdir", root / "bin", "--workers", "1", cwd=root)
+    data = {"root": root, "bin": root / "bin", "spm": root / "spm.model", "raw": raw}
+    _CACHE["lm"] = data
+    return data

@@ -1,0 +1,682 @@
+"""Tests of the EVA attention core against DESIGN.md section 2.
+
+Exactness checks run in float64 with tolerance 1e-6: the special cases of section 2 against softmax
+attention built from the module's own projections with explicit N x N masks, and the general case
+against `reference_eva`, a slow per-query implementation written straight from the definition.
+Then causality, incremental decoding, padding, numerics and option checking.
+"""
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from fairseq_eva.attention import EVAAttention, relative_position_bucket
+
+F64 = torch.float64
+TOL = dict(atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small tensors: intra-op threads only add overhead here, and spin badly on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make(embed=16, heads=2, seed=0, dtype=F64, train=False, **options):
+    """An EVAAttention whose biases, LayerNorms and RPE are randomised (their inits are ~0 or ~1,
+    which would hide a missing bias or a misplaced RPE)."""
+    torch.manual_seed(seed)
+    options.setdefault("use_rpe", False)
+    mod = EVAAttention(embed, heads, **options)
+    with torch.no_grad():
+        for name, p in mod.named_parameters():
+            if name.startswith("rpe."):
+                p.normal_(0.0, 1.0)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.3)
+            elif p.dim() == 1:  # LayerNorm weights
+                p.normal_(1.0, 0.3)
+    return mod.to(dtype).train(train)
+
+
+def inputs(B, N, embed=16, seed=1, dtype=F64, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, N, embed, generator=g, dtype=dtype).requires_grad_(requires_grad)
+
+
+def qkv(mod, x):
+    """Per-head queries, keys, values from the module's projections: each B x H x N x d."""
+    B, N, _ = x.shape
+    H, d = mod.num_heads, mod.head_dim
+    return [p(x).view(B, N, H, d).transpose(1, 2) for p in (mod.q_proj, mod.k_proj, mod.v_proj)]
+
+
+def merge(mod, y):
+    """B x H x N x d per-head outputs -> output projection."""
+    B, H, N, d = y.shape
+    return mod.out_proj(y.transpose(1, 2).reshape(B, N, H * d))
+
+
+def masked_softmax(mod, x, allowed, bias=None):
+    """Multi-head softmax attention with an explicit N x N mask (allowed[n, m]) and bias (H x N x N)."""
+    q, k, v = qkv(mod, x)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(mod.head_dim)
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return merge(mod, torch.softmax(scores, -1) @ v)
+
+
+def rpe_matrix(mod, N):
+    """H x N x N: the module's RPE at key-minus-query position m - n."""
+    n = torch.arange(N)
+    return mod.rpe(n[None, :] - n[:, None]).to(mod.q_proj.weight.dtype)
+
+
+def block_local_mask(N, w, causal, overlap):
+    n, m = torch.arange(N)[:, None], torch.arange(N)[None, :]
+    start = (n // w) * w  # first position of n's block
+    if causal:
+        return (m <= n) & (m >= (start - w if overlap else start))
+    half = w // 2 if overlap else 0
+    return (m >= start - half) & (m < start + w + half)
+
+
+def local_set(mod, n, L):
+    """E^n for query n of a sequence of L real tokens (DESIGN section 2)."""
+    w = mod.window_size
+    if w == 0:
+        return []
+    start = (n // w) * w
+    if mod.causal:
+        first = max(0, start - w) if mod.overlap else start
+        return list(range(first, n + 1))
+    half = w // 2 if mod.overlap else 0
+    return [m for m in range(start - half, start + w + half) if 0 <= m < L]
+
+
+def reference_eva(mod, x, noise=None):
+    """EVA for one sequence x (L x embed, all real), looping over queries as DESIGN section 2 reads.
+
+    noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu).
+    """
+    L = x.size(0)
+    H, d = mod.num_heads, mod.head_dim
+    q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
+    scale = 1 / math.sqrt(d)
+    if mod.causal:
+        size = mod.chunk_size
+    else:
+        size = mod.chunk_size or (math.ceil(L / mod.num_chunks) if mod.num_chunks else 0)
+    chunks = [list(range(a, min(a + size, L))) for a in range(0, L, size)] if size else []
+    summaries = []  # (positions, k~_c, beta_c)
+    for c, P in enumerate(chunks):
+        k_sum = mod.chunks.sigma_k(k[:, P].mean(1))  # H x d
+        omega = mod.chunks.sigma_q(q[:, P].mean(1)) + k_sum
+        if noise is not None:
+            omega = omega + noise(c)
+        log_w = ((k[:, P] * omega[:, None]).sum(-1) - 0.5 * k[:, P].pow(2).sum(-1)) * scale  # H x |P|
+        beta = (torch.softmax(log_w, -1)[..., None] * v[:, P]).sum(1)  # H x d
+        summaries.append((P, k_sum, beta))
+    ys = []
+    for n in range(L):
+        E = local_set(mod, n, L)
+        visible = [(ks, b) for P, ks, b in summaries if not mod.causal or max(P) < min(E)]
+        logits = (q[:, n : n + 1] * k[:, E]).sum(-1) * scale  # H x |E|
+        if mod.rpe is not None and E:
+            logits = logits + mod.rpe(torch.tensor(E) - n).to(x.dtype)
+        logits = [logits] + [(q[:, n] * ks).sum(-1, keepdim=True) * scale for ks, _ in visible]
+        values = torch.cat([v[:, E]] + [b[:, None] for _, b in visible], dim=1)  # H x K x d
+        p = torch.softmax(torch.cat(logits, -1), -1)
+        ys.append((p[..., None] * values).sum(1))
+    y = torch.stack(ys, 1)  # H x L x d
+    return merge(mod, y[None])[0]
+
+
+def real_mask(lengths, N, side):
+    """key_padding_mask (True = pad) for right or left padding."""
+    pos = torch.arange(N)[None, :]
+    lengths = torch.tensor(lengths)[:, None]
+    return pos >= lengths if side == "right" else pos < N - lengths
+
+
+def _flash():
+    return getattr(importlib.import_module("fairseq_eva.attention.eva"), "flash", None)
+
+
+def disable_fused_causal(monkeypatch):
+    """Causal EVA has a fused CPU path (flash.py) and a generic one (used on GPU, with dropout or a trainable
+    RPE); this turns the fused one off so that both meet the same checks."""
+    monkeypatch.setattr(_flash(), "available", lambda q: False)
+
+
+@pytest.fixture(params=["default", "fallback"])
+def causal_path(request, monkeypatch):
+    """Runs a test on both causal code paths (see disable_fused_causal)."""
+    if request.param == "fallback":
+        if _flash() is None:
+            pytest.skip("this implementation has no separate fused causal path")
+        disable_fused_causal(monkeypatch)
+    return request.param
+
+
+# ------------------------------------------------------------------- 1. special cases and the definition
+
+
+@pytest.mark.parametrize("window,overlap", [(13, False), (16, False), (14, True), (16, True)])
+def test_bidirectional_full_window_no_chunks_is_softmax(window, overlap):
+    """abs(E) >= N, C = 0, no RPE: one block holds every key, so EVA is exact softmax attention."""
+    mod = make(window_size=window, overlap=overlap)
+    x = inputs(2, 13)
+    torch.testing.assert_close(mod(x), masked_softmax(mod, x, torch.ones(13, 13, dtype=torch.bool)), **TOL)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 4, 16])
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("N", [13, 16])
+def test_causal_full_window_is_causal_softmax(chunk, overlap, N):
+    """Causal, abs(E) >= N, no RPE: no chunk is ever visible, so EVA is exact causal softmax."""
+    mod = make(causal=True, window_size=16, chunk_size=chunk, overlap=overlap)
+    x = inputs(2, N)
+    torch.testing.assert_close(mod(x), masked_softmax(mod, x, torch.ones(N, N).tril().bool()), **TOL)
+
+
+@pytest.mark.parametrize("chunks", [dict(chunk_size=1), dict(num_chunks=11)])
+def test_window0_singleton_chunks_identity_proposal_is_softmax(chunks):
+    """Window 0, chunks of one token, sigma = identity: k~ = k_m and beta = v_m, exact softmax."""
+    mod = make(window_size=0, proposal="identity", **chunks)
+    x = inputs(2, 11)
+    torch.testing.assert_close(mod(x), masked_softmax(mod, x, torch.ones(11, 11, dtype=torch.bool)), **TOL)
+
+
+@pytest.mark.parametrize("proposal", ["layernorm", "linear", "identity"])
+@pytest.mark.parametrize("chunks", [dict(num_chunks=1), dict(chunk_size=9)])
+def test_window0_one_chunk_is_single_sample_snis(proposal, chunks):
+    """Window 0 and one chunk: every output is the one-sample SNIS estimate beta (RFA connection)."""
+    mod = make(window_size=0, proposal=proposal, **chunks)
+    x = inputs(2, 9)
+    q, k, v = qkv(mod, x)
+    omega = mod.chunks.sigma_q(q.mean(2)) + mod.chunks.sigma_k(k.mean(2))  # B x H x d
+    log_w = ((k * omega[:, :, None]).sum(-1) - 0.5 * (k * k).sum(-1)) / math.sqrt(mod.head_dim)
+    beta = (torch.softmax(log_w, -1)[..., None] * v).sum(2)  # B x H x d
+    expected = merge(mod, beta[:, :, None].expand_as(q))
+    torch.testing.assert_close(mod(x), expected, **TOL)
+
+
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize(
+    "causal,window,overlap",
+    [(False, 4, False), (False, 4, True), (False, 6, True), (True, 4, False), (True, 4, True), (True, 5, True)],
+)
+def test_no_chunks_is_block_local_softmax(causal, window, overlap, rpe):
+    """C = 0: the paper's Local baseline, an explicitly masked block-local softmax; with RPE the bias
+    inside the block is the module's rpe at key-minus-query position."""
+    N = 18  # not a multiple of the window
+    mod = make(causal=causal, window_size=window, overlap=overlap, use_rpe=rpe)
+    x = inputs(2, N)
+    bias = rpe_matrix(mod, N) if rpe else None
+    expected = masked_softmax(mod, x, block_local_mask(N, window, causal, overlap), bias)
+    torch.testing.assert_close(mod(x), expected, **TOL)
+
+
+def test_block_local_check_is_sensitive_to_rpe():
+    """Guard for the test above: the RPE is large enough that leaving it out is detected."""
+    mod = make(window_size=4, use_rpe=True)
+    x = inputs(1, 18)
+    without = masked_softmax(mod, x, block_local_mask(18, 4, False, False))
+    assert (mod(x) - without).abs().max() > 1e-2
+
+
+BIDIRECTIONAL_CASES = [
+    dict(window_size=4, num_chunks=3),
+    dict(window_size=4, num_chunks=5),
+    dict(window_size=6, chunk_size=5),
+    dict(window_size=2, chunk_size=1),
+    dict(window_size=0, chunk_size=3, proposal="linear"),
+    dict(window_size=0, num_chunks=4, proposal="identity"),
+]
+
+
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize(
+    "options",
+    [{**case, "overlap": False} for case in BIDIRECTIONAL_CASES]
+    + [{**case, "overlap": True} for case in BIDIRECTIONAL_CASES if case["window_size"] > 0],
+    ids=str,
+)
+@pytest.mark.parametrize("N", [23, 9])
+def test_bidirectional_matches_definition(options, rpe, N):
+    """The fast batched implementation equals the per-query definition (E^n, all chunks, one softmax).
+    N = 9 with C = 4 has an empty fourth chunk (size ceil(9/4) = 3), which must not be visible."""
+    mod = make(use_rpe=rpe, **options)
+    x = inputs(2, N)
+    expected = torch.stack([reference_eva(mod, row) for row in x])
+    torch.testing.assert_close(mod(x), expected, **TOL)
+
+
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("window,chunk", [(8, 1), (8, 2), (8, 4), (8, 8), (4, 2), (6, 3)])
+def test_causal_matches_definition(window, chunk, overlap, rpe, monkeypatch):
+    """Causal: E^n = n's block up to n (+ previous block), chunks visible iff they end before E^n.
+    Checked on both code paths, with and without autograd (a trainable RPE may pick another path)."""
+    mod = make(causal=True, window_size=window, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
+    x = inputs(2, 37)
+    expected = torch.stack([reference_eva(mod, row) for row in x])
+    for fused in (True, False) if _flash() is not None else (True,):
+        with monkeypatch.context() as patch:
+            if not fused:
+                disable_fused_causal(patch)
+            for grad in (True, False):
+                with torch.set_grad_enabled(grad):
+                    where = f"fused={fused} grad={grad}"
+                    torch.testing.assert_close(mod(x), expected, **TOL, msg=lambda m: f"{where}: {m}")
+
+
+def _fixed_noise(shape_h_c_d):
+    """A deterministic stand-in for eps ~ N(0, I): eps[h, c, i] depends on head, chunk and feature."""
+    H, C, d = shape_h_c_d
+    h = torch.arange(H, dtype=F64)[:, None, None]
+    c = torch.arange(C, dtype=F64)[None, :, None]
+    i = torch.arange(d, dtype=F64)[None, None, :]
+    return torch.sin(1.0 + 0.7 * h + 1.3 * c + 0.37 * i)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(window_size=4, num_chunks=3, overlap=True),
+        dict(window_size=4, chunk_size=4),  # 21 tokens: a partial last chunk
+        dict(causal=True, window_size=4, chunk_size=2, overlap=True),
+    ],
+    ids=str,
+)
+def test_training_sample_enters_as_omega_equals_mu_plus_eps(options, monkeypatch):
+    """In training omega_c = mu_c + eps: with eps pinned (torch.randn_like patched), the output equals the
+    definition with that eps."""
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: _fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    mod = make(train=True, use_rpe=True, **options)
+    x = inputs(2, 21)
+    expected = torch.stack([reference_eva(mod, row, noise=lambda c: _fixed_noise((2, c + 1, 8))[:, c]) for row in x])
+    torch.testing.assert_close(mod(x), expected, **TOL)
+    mod.eval()
+    assert (mod(x) - expected).abs().max() > 1e-3  # the noise matters, so the check above is not vacuous
+
+
+def test_relative_position_bucket_matches_t5():
+    """Buckets equal T5's _relative_position_bucket (HF transformers' formula) for both directions."""
+
+    def t5(relative_position, bidirectional, num_buckets, max_distance):
+        buckets = torch.zeros_like(relative_position)
+        if bidirectional:
+            num_buckets //= 2
+            buckets += (relative_position > 0).long() * num_buckets
+            relative_position = relative_position.abs()
+        else:
+            relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+        max_exact = num_buckets // 2
+        large = max_exact + (
+            torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        ).long()
+        large = torch.min(large, torch.full_like(large, num_buckets - 1))
+        return buckets + torch.where(relative_position < max_exact, relative_position, large)
+
+    rel = torch.arange(-300, 301)
+    for bidirectional in (False, True):
+        for num_buckets, max_distance in ((32, 128), (8, 20)):
+            got = relative_position_bucket(rel, bidirectional, num_buckets, max_distance)
+            assert torch.equal(got, t5(rel, bidirectional, num_buckets, max_distance))
+
+
+# ------------------------------------------------------------------------------------------ 2. causality
+
+
+def _padding_mask(side, B, N):
+    if side is None:
+        return None
+    lengths = [N, N - 6][:B]
+    return real_mask(lengths, N, side)
+
+
+# mode: (train, attention dropout, autograd on)
+MODES = {
+    "eval": (False, 0.0, True),
+    "eval-no-grad": (False, 0.0, False),
+    "train": (True, 0.0, True),
+    "dropout": (True, 0.2, True),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("padding", [None, "right", "left"])
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_causal_outputs_ignore_the_future(overlap, rpe, padding, mode, causal_path):
+    """Changing inputs after n leaves outputs up to n unchanged. One batch holds a copy per cut n; both
+    forwards are reseeded so that training noise and dropout are drawn the same."""
+    N, cuts = 19, (0, 3, 4, 8, 11, 17)
+    train, dropout, grad = MODES[mode]
+    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout)
+    x = inputs(2, N).repeat(len(cuts), 1, 1)  # row 2 i + b: sequence b, cut i
+    mask = _padding_mask(padding, 2, N)
+    mask = None if mask is None else mask.repeat(len(cuts), 1)
+    future = (torch.arange(N)[None, :] > torch.tensor(cuts).repeat_interleave(2)[:, None]).unsqueeze(-1)
+    x2 = x + torch.randn_like(x) * future
+    with torch.set_grad_enabled(grad):
+        torch.manual_seed(5)
+        y = mod(x, key_padding_mask=mask)
+        torch.manual_seed(5)
+        y2 = mod(x2, key_padding_mask=mask)
+    past = ~future.expand_as(y)
+    torch.testing.assert_close(y2[past], y[past], **TOL)
+    assert (y2 - y)[~past].abs().max() > 1e-3  # the change is seen downstream
+
+
+@pytest.mark.parametrize("mode", ["eval", "train", "dropout"])
+@pytest.mark.parametrize("padding", [None, "right", "left"])
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, padding, mode, causal_path):
+    """d y_n / d x_m is exactly zero for every m > n (for any training sample and dropout mask). One backward:
+    the batch holds a copy of the sequences per n, and copy n back-propagates from y_n only."""
+    N = 19
+    train, dropout, _ = MODES[mode]
+    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout)
+    x = inputs(2, N).repeat(N, 1, 1).requires_grad_()  # row 2 n + b: sequence b, output n
+    mask = _padding_mask(padding, 2, N)
+    mask = None if mask is None else mask.repeat(N, 1)
+    n = torch.arange(N).repeat_interleave(2)
+    y = mod(x, key_padding_mask=mask)
+    picked = y[torch.arange(2 * N), n]  # y_n of each copy
+    (g,) = torch.autograd.grad((picked * torch.randn_like(picked)).sum(), x)
+    future = torch.arange(N)[None, :] > n[:, None]
+    leaks = (future & (g.abs().sum(-1) > 0)).nonzero().tolist()
+    assert not leaks, f"outputs depend on the future at (copy, position) {leaks}"
+    if mask is not None:
+        assert torch.all(g[mask] == 0), "an output depends on a pad input"
+    if not dropout:  # (dropout may drop a query's only key)
+        real = torch.ones(2 * N, dtype=torch.bool) if mask is None else ~mask[torch.arange(2 * N), n]
+        assert torch.all(g[torch.arange(2 * N), n][real].abs().sum(-1) > 0)  # a real y_n does depend on x_n
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pad_inputs_do_not_matter(causal):
+    """Whatever sits at padded positions (left or right) changes no output at a real position."""
+    opts = dict(causal=True, window_size=4, chunk_size=2) if causal else dict(window_size=4, num_chunks=3)
+    mod = make(use_rpe=True, overlap=True, **opts)
+    for side in ("right", "left"):
+        x = inputs(2, 19)
+        mask = real_mask([19, 11], 19, side)
+        y = mod(x, key_padding_mask=mask)
+        x2 = x + torch.randn_like(x) * mask[..., None]
+        torch.testing.assert_close(mod(x2, key_padding_mask=mask)[~mask], y[~mask], **TOL)
+
+
+# ------------------------------------------------------------------------------- 3. incremental decoding
+
+
+def _decode(mod, x, cache, step=1):
+    return torch.cat([mod(x[:, t : t + step], cache=cache) for t in range(0, x.size(1), step)], dim=1)
+
+
+@pytest.mark.parametrize("rpe", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("chunk", [0, 2, 4])
+def test_incremental_decoding_matches_full_forward(chunk, overlap, rpe, causal_path):
+    """Token by token with a cache equals the parallel forward, over N = 37 (blocks of 8, chunks of 2 or 4)."""
+    mod = make(causal=True, window_size=8, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
+    x = inputs(2, 37)
+    with torch.no_grad():
+        torch.testing.assert_close(_decode(mod, x, {}), mod(x), **TOL)
+
+
+def test_incremental_decoding_several_tokens_per_call():
+    """Calls with several new tokens at once (5, crossing blocks and chunks) also match the full forward."""
+    mod = make(causal=True, window_size=8, chunk_size=2, overlap=True, use_rpe=True)
+    x = inputs(2, 37)
+    with torch.no_grad():
+        torch.testing.assert_close(_decode(mod, x, {}, step=5), mod(x), **TOL)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_incremental_decoding_with_reordered_cache(overlap, causal_path):
+    """Beam search: after EVAAttention.reorder_cache(cache, new_order), e.g. [2, 0, 0], the outputs so far and
+    from then on match the full forward of the reordered prefixes, each continued with its own new tokens."""
+    mod = make(causal=True, window_size=8, chunk_size=2, overlap=overlap, use_rpe=True)
+    x = inputs(3, 37)
+    orders = {13: torch.tensor([2, 0, 0]), 26: torch.tensor([1, 2, 0])}
+    fed = x[:, :0]  # what each batch row has been fed so far (its prefix), reordered with the cache
+    cache, outputs = {}, []
+    with torch.no_grad():
+        for t in range(37):
+            if t in orders:
+                EVAAttention.reorder_cache(cache, orders[t])
+                outputs, fed = [o[orders[t]] for o in outputs], fed[orders[t]]
+            token = x[:, t : t + 1]  # each beam continues with its own new token, as in beam search
+            outputs.append(mod(token, cache=cache))
+            fed = torch.cat([fed, token], dim=1)
+        torch.testing.assert_close(torch.cat(outputs, dim=1), mod(fed), **TOL)
+    # the sequences really are spliced: row 0 = x[0, :13] + x[1, 13:26] + x[0, 26:], rows 0 and 1 share a prefix
+    assert torch.equal(fed[0, :13], x[0, :13]) and torch.equal(fed[0, 13:26], x[1, 13:26])
+    assert torch.equal(fed[2, :13], x[2, :13]) and torch.equal(fed[1, :13], fed[0, :13])
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_incremental_cache_is_O_window_plus_chunks(overlap):
+    """The cache keeps the current (and previous) block and one summary per completed chunk: after t tokens
+    no cached tensor is longer than max(w (2w with overlap), t / s) along the position dimension."""
+    w, s, N = 8, 4, 64
+    mod = make(causal=True, window_size=w, chunk_size=s, overlap=overlap, use_rpe=True)
+    x = inputs(1, N)
+    cache = {}
+    with torch.no_grad():
+        for t in range(N):
+            mod(x[:, t : t + 1], cache=cache)
+            longest = max(v.size(2) for v in cache.values())
+            assert longest <= max(w * (1 + overlap), (t + 1) // s), (t, {k: v.shape for k, v in cache.items()})
+    assert all(v.dim() == 4 and v.size(0) == 1 for v in cache.values())
+
+
+# -------------------------------------------------------------------------------------------- 4. padding
+
+
+def _check_padded_batch(options, side):
+    lengths = [37, 23, 5, 1]
+    mod = make(**options)
+    x = inputs(4, 37)
+    mask = real_mask(lengths, 37, side)
+    y = mod(x, key_padding_mask=mask)
+    for b, L in enumerate(lengths):
+        alone = mod(x[b : b + 1][~mask[b : b + 1]].view(1, L, -1))
+        torch.testing.assert_close(y[b][~mask[b]], alone[0], **TOL)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(window_size=4, num_chunks=3),
+        dict(window_size=4, chunk_size=3),
+        dict(window_size=0, num_chunks=4),
+        dict(window_size=4, num_chunks=3, overlap=True, use_rpe=True),
+        dict(window_size=6, chunk_size=4, overlap=True, use_rpe=True),
+    ],
+    ids=str,
+)
+def test_padded_batch_equals_each_sequence_alone(options, side):
+    """A sequence's output does not depend on its batch: lengths 37, 23, 5, 1 padded to 37
+    (blocks and chunks are laid out over each sequence's own tokens, C chunks of ceil(L / C))."""
+    _check_padded_batch(options, side)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(window_size=4, chunk_size=2),
+        dict(window_size=4, chunk_size=2, overlap=True, use_rpe=True),
+        dict(window_size=6, chunk_size=3, overlap=True, use_rpe=True),
+    ],
+    ids=str,
+)
+def test_causal_padded_batch_equals_each_sequence_alone(options, side, causal_path):
+    """Causal: the same, lengths 37, 23, 5, 1 padded to 37."""
+    _check_padded_batch({"causal": True, **options}, side)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(window_size=4, num_chunks=3), dict(window_size=0, chunk_size=2), dict(causal=True, window_size=4, chunk_size=2)],
+    ids=str,
+)
+@pytest.mark.parametrize("train", [False, True])
+def test_fully_masked_rows_are_finite(options, train):
+    """A row whose every key is a pad gives zeros before out_proj, finite gradients (no NaN anywhere)."""
+    mod = make(overlap=options.get("window_size", 0) > 0, use_rpe=True, train=train, **options)
+    x = inputs(3, 10, requires_grad=True)
+    mask = torch.zeros(3, 10, dtype=torch.bool)
+    mask[1] = True
+    mask[2, :4] = True
+    for m in (mask, torch.ones(3, 10, dtype=torch.bool)):
+        mod.zero_grad()
+        y = mod(x, key_padding_mask=m)
+        assert torch.isfinite(y).all()
+        # every candidate masked: the attention returns zeros, so the output is the out_proj bias
+        torch.testing.assert_close(y[m.all(1)], mod.out_proj.bias.expand_as(y[m.all(1)]), **TOL)
+        (gx,) = torch.autograd.grad(y.pow(2).sum(), x, retain_graph=True)
+        y.pow(2).sum().backward()
+        assert torch.isfinite(gx).all()
+        assert all(torch.isfinite(p.grad).all() for p in mod.parameters() if p.grad is not None)
+
+
+def test_key_padding_mask_shape_is_checked():
+    """A key_padding_mask that is not B x N is rejected with a ValueError naming it."""
+    mod = make(window_size=4, num_chunks=2)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        mod(inputs(2, 10), key_padding_mask=torch.zeros(2, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        mod(inputs(2, 10), key_padding_mask=torch.zeros(10, 2, dtype=torch.bool))
+
+
+# ------------------------------------------------------------------------------------------- 5. numerics
+
+
+NUMERIC_CASES = [
+    dict(window_size=4, num_chunks=3, overlap=True, use_rpe=True),
+    dict(window_size=0, chunk_size=3),
+    dict(causal=True, window_size=4, chunk_size=2, overlap=True, use_rpe=True),
+]
+
+
+@pytest.mark.parametrize("options", NUMERIC_CASES, ids=str)
+def test_training_gradients_are_finite_for_all_parameters(options):
+    """Train mode (sampled omega): every parameter gets a finite, non-zero gradient."""
+    mod = make(train=True, **options)
+    x = inputs(2, 19, requires_grad=True)
+    mask = real_mask([19, 12], 19, "left")
+    mod(x, key_padding_mask=mask).pow(2).sum().backward()
+    for name, p in mod.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+    assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("options", NUMERIC_CASES, ids=str)
+def test_low_precision_with_large_logits_is_finite(options, dtype):
+    """float16 / bfloat16 forward (and backward) on CPU stay finite with logits of order 1e3."""
+    if dtype == torch.float16:
+        try:
+            torch.ones(2, 2, dtype=dtype) @ torch.ones(2, 2, dtype=dtype)
+        except RuntimeError as error:  # pragma: no cover - depends on the CPU build
+            pytest.skip(f"float16 matmul is unsupported on this CPU build: {error}")
+    mod = make(embed=32, heads=2, dtype=torch.float32, **options)
+    x = inputs(2, 40, embed=32, dtype=torch.float32)
+    q, k, _ = qkv(mod, x)
+    x = x * math.sqrt(1.5e3 / (q @ k.transpose(-1, -2) / math.sqrt(mod.head_dim)).abs().max().item())
+    with torch.no_grad():
+        q, k, _ = qkv(mod, x)
+        assert (q @ k.transpose(-1, -2) / math.sqrt(mod.head_dim)).abs().max() > 1e3  # the test is meaningful
+    mod = mod.to(dtype).train()
+    x = x.to(dtype).requires_grad_()
+    mask = real_mask([40, 27], 40, "right")
+    y = mod(x, key_padding_mask=mask)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    y.float().pow(2).mean().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in mod.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("options", NUMERIC_CASES, ids=str)
+def test_evaluation_is_deterministic_and_training_samples(options):
+    """Eval: omega = mu, two forwards are identical. Train (dropout 0): omega is sampled, forwards differ."""
+    mod = make(**options)
+    x = inputs(2, 19)
+    assert torch.equal(mod(x), mod(x))
+    mod.train()
+    assert (mod(x) - mod(x)).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_without_chunks_training_equals_evaluation(causal):
+    """With no chunks and dropout 0 nothing is sampled: train and eval outputs agree."""
+    mod = make(causal=causal, window_size=4, use_rpe=True)
+    x = inputs(2, 19)
+    y = mod(x)
+    torch.testing.assert_close(mod.train()(x), y, **TOL)
+
+
+# ------------------------------------------------------------------------------------------- 7. options
+
+
+@pytest.mark.parametrize(
+    "kwargs,option",
+    [
+        (dict(window_size=-1, num_chunks=2), "window_size"),
+        (dict(window_size=4, num_chunks=-1), "num_chunks"),
+        (dict(window_size=4, chunk_size=-2), "chunk_size"),
+        (dict(causal=True, window_size=4, chunk_size=-2), "chunk_size"),
+        (dict(window_size=0, num_chunks=0, chunk_size=0), "window_size"),
+        (dict(causal=True, window_size=8, chunk_size=3), "chunk_size"),
+        (dict(causal=True, window_size=0, chunk_size=2), "window_size"),
+        (dict(causal=True, window_size=0), "window_size"),
+        (dict(embed_dim=10, num_heads=3, window_size=4), "num_heads"),
+        (dict(window_size=4, num_chunks=2, chunk_size=2), "num_chunks.*chunk_size|chunk_size.*num_chunks"),
+        (dict(window_size=4, num_chunks=2, proposal="gaussian"), "proposal"),
+        (dict(window_size=5, overlap=True, num_chunks=2), "overlap"),
+        (dict(causal=True, window_size=8, num_chunks=2), "num_chunks"),
+        (dict(window_size=4, dropout=1.5), "dropout"),
+    ],
+)
+def test_bad_options_raise_value_error_naming_the_option(kwargs, option):
+    """Bad settings fail at construction with a ValueError whose message names the option."""
+    kwargs = {"embed_dim": 16, "num_heads": 2, **kwargs}
+    with pytest.raises(ValueError, match=option):
+        EVAAttention(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(window_size=0, num_chunks=3),
+        dict(window_size=0, chunk_size=1),
+        dict(window_size=4),
+        dict(window_size=6, overlap=True),
+        dict(causal=True, window_size=1),
+        dict(causal=True, window_size=5, overlap=True),
+        dict(causal=True, window_size=8, chunk_size=8),
+    ],
+    ids=str,
+)
+def test_legal_edge_settings_are_accepted(kwargs):
+    """Window 0 or C = 0 (not both), causal window 1, odd causal overlap windows are legal and run."""
+    mod = make(**kwargs)
+    assert torch.isfinite(mod(inputs(1, 7))).all()

@@ -1,0 +1,69 @@
+"""Each benchmark runs once at a tiny size, so that it cannot rot: its JSON has the expected fields and its
+plot exists. No timing is asserted (the benchmarks measure, docs/RESULTS.md reports)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from benchmarks import approximation, baselines, decoding, speed, training
+
+
+def run(module, tmp_path, *argv):
+    out_json, out_png = tmp_path / "result.json", tmp_path / "plot.png"
+    module.main([*argv, "--threads", "1", "--json", str(out_json), "--plot", str(out_png)])
+    data = json.loads(out_json.read_text())
+    assert out_png.stat().st_size > 1000
+    assert {"benchmark", "command", "machine", "settings", "results"} <= set(data)
+    assert data["machine"]["torch"] == torch.__version__
+    return data
+
+
+def test_speed(tmp_path):
+    data = run(speed, tmp_path, "--lengths", "64", "96", "--repeats", "1", "--min-time", "0", "--device", "cpu")
+    mechanisms = set(baselines.MECHANISMS) | {"projections"}
+    assert {(r["N"], r["mechanism"]) for r in data["results"]} == {(N, m) for N in (64, 96) for m in mechanisms}
+    for r in data["results"]:
+        assert r["layer_s"] > 0 and r["peak_bytes"] > 0
+        assert (r["mechanism"] == "projections") != ("attention_s" in r)
+    pairs = {(s["N"], s["mechanism"], s["baseline"]) for s in data["speedups"]}
+    assert (64, "eva", "sdpa") in pairs and (96, "eva-causal", "sdpa-causal") in pairs
+    assert all(s["layer_speedup"] > 0 and s["memory_ratio"] > 0 for s in data["speedups"])
+
+
+def test_approximation(tmp_path):
+    data = run(approximation, tmp_path, "--length", "64", "--windows", "8", "16", "64", "--chunks", "0", "4", "--causal-windows", "8",
+               "--chunk-sizes", "0", "2", "--features", "16", "--performer-seeds", "1", "--random-draws", "1",
+               "--lm-steps", "2", "--lm-cache", str(tmp_path / "lm"))
+    assert set(data["results"]) == {"random", "model"}
+    for name, result in data["results"].items():
+        rows = result["rows"]
+        assert {(r["window"], r["chunks"]) for r in rows if r["mechanism"] == "eva" and not r["causal"]} == {
+            (8, 0), (8, 4), (16, 0), (16, 4), (64, 0), (64, 4), (0, 4)}
+        assert {(r["window"], r["chunk_size"]) for r in rows if r["causal"]} == {(8, 0), (8, 2)}
+        assert any(r["mechanism"] == "performer-16" for r in rows)
+        assert all(math.isfinite(r["error"]) and r["error"] >= 0 for r in rows)
+        assert [(c["window"], c["chunks"]) for c in result["equal_cost"]] == [(16, 0)]  # abs(E) + C = 16 features
+    # a window covering the whole sequence without chunks is exact softmax attention
+    assert all(r["error"] < 1e-9 for r in data["results"]["random"]["rows"] if r.get("window") == 64 and r["chunks"] == 0)
+
+
+def test_decoding(tmp_path):
+    data = run(decoding, tmp_path, "--contexts", "8", "32", "--tokens", "4", "--window", "8", "--chunk-size", "2",
+               "--embed-dim", "32", "--heads", "2")
+    rows = {(r["context"], r["mechanism"]): r for r in data["results"]}
+    assert set(rows) == {(c, m) for c in (8, 32) for m in ("eva-causal", "softmax-kv-cat", "softmax-kv")}
+    assert all(r["latency_mean_s"] > 0 and r["latency_median_s"] > 0 for r in rows.values())
+    # softmax's cache grows with the context; EVA's only by its chunk summaries
+    assert rows[32, "softmax-kv"]["cache_bytes"] == 4 * rows[8, "softmax-kv"]["cache_bytes"]
+    assert rows[32, "eva-causal"]["local_bytes"] <= rows[8, "eva-causal"]["local_bytes"] * 2
+    assert rows[32, "eva-causal"]["chunk_summary_bytes"] > rows[8, "eva-causal"]["chunk_summary_bytes"]
+
+
+def test_training(tmp_path):
+    pytest.importorskip("fairseq")
+    data = run(training, tmp_path, "--steps", "1", "--max-lines", "60", "--max-tokens", "256", "--lm-lengths", "32", "--vocab", "200")
+    rows = {(r["setting"], r["attention"]): r for r in data["results"]}
+    assert set(rows) == {(s, a) for s in ("translation", "lm-32") for a in ("eva", "softmax")}
+    assert all(r["tokens_per_s"] > 0 and r["tokens_per_step"] > 0 for r in rows.values())

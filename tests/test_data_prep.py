@@ -1,0 +1,333 @@
+"""data_prep/: resumable verified downloads (against a local HTTP server), and every preparation run
+offline on slices of the bundled sample or on small archives laid out like the official ones."""
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "data", "sample")
+sys.path.insert(0, os.path.join(ROOT, "data_prep"))
+import fetch  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+ENV = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHON": sys.executable, "WORKERS": "1",
+       "OMP_NUM_THREADS": "1"}
+
+
+def run(cmd, env=None, ok=True):
+    r = subprocess.run(cmd, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise AssertionError(f"{cmd} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def head(src, dst, n):
+    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as g:
+        for i, line in enumerate(f):
+            if i >= n:
+                break
+            g.write(line)
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+# ---------------------------------------------------------------- downloads
+
+
+class RangeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves FILES (name -> bytes), honouring "Range: bytes=N-"; CUT truncates the first answer."""
+
+    FILES = {}
+    CUT = {}
+    requests = []
+
+    def do_GET(self):  # noqa: N802
+        name = self.path.lstrip("/")
+        type(self).requests.append((name, self.headers.get("Range")))
+        if name not in self.FILES:
+            self.send_error(404)
+            return
+        data = self.FILES[name]
+        start = 0
+        rng = self.headers.get("Range")
+        if rng:
+            start = int(rng.split("=")[1].split("-")[0])
+            if start >= len(data):
+                self.send_error(416)
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        cut = self.CUT.pop(name, None)
+        self.wfile.write(body[:cut] if cut is not None else body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    RangeHandler.FILES, RangeHandler.CUT, RangeHandler.requests = {}, {}, []
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def make_tgz(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_fetch_verifies_and_resumes(server, tmp_path):
+    blob = make_tgz({"a.txt": os.urandom(100000).hex()})  # incompressible: the archive is > 100 KB
+    RangeHandler.FILES["corpus.tgz"] = blob
+    RangeHandler.CUT["corpus.tgz"] = 50000  # the connection drops after 50 KB
+    sha = hashlib.sha256(blob).hexdigest()
+    with pytest.raises(fetch.FetchError, match="run again to resume"):
+        fetch.fetch(f"{server}/corpus.tgz", str(tmp_path), sha, quiet=True)
+    assert os.path.getsize(tmp_path / "corpus.tgz.part") == 50000 and not (tmp_path / "corpus.tgz").exists()
+    # the second run resumes with a Range request and completes
+    path = fetch.fetch(f"{server}/corpus.tgz", str(tmp_path), sha, quiet=True)
+    assert RangeHandler.requests[-1] == ("corpus.tgz", "bytes=50000-")
+    assert open(path, "rb").read() == blob and not (tmp_path / "corpus.tgz.part").exists()
+    # a third run finds it verified and does not download
+    n = len(RangeHandler.requests)
+    fetch.fetch(f"{server}/corpus.tgz", str(tmp_path), sha, quiet=True)
+    assert len(RangeHandler.requests) == n
+
+
+def test_fetch_rejects_bad_checksum_and_corrupt_archive(server, tmp_path):
+    RangeHandler.FILES["a.tgz"] = make_tgz({"a.txt": "hello"})
+    with pytest.raises(fetch.FetchError, match="does not match"):
+        fetch.fetch(f"{server}/a.tgz", str(tmp_path), "0" * 64, quiet=True)
+    assert not (tmp_path / "a.tgz").exists()
+    good = make_tgz({"a.txt": os.urandom(100000).hex()})
+    RangeHandler.FILES["b.tgz"] = good[: len(good) // 2]  # a server that sends a truncated archive
+    with pytest.raises(fetch.FetchError, match="corrupt or truncated"):
+        fetch.fetch(f"{server}/b.tgz", str(tmp_path), quiet=True)
+    assert not (tmp_path / "b.tgz").exists()
+
+
+def test_fetch_without_network_says_so(tmp_path):
+    r = run([sys.executable, "data_prep/fetch.py", "--out", str(tmp_path), "--timeout", "5",
+             "http://127.0.0.1:9/corpus.tgz"], ok=False)
+    assert r.returncode == 1
+    assert "cannot reach http://127.0.0.1:9/corpus.tgz" in r.stderr
+    assert "no network? pass --local DIR with the files instead" in r.stderr
+
+
+# ---------------------------------------------------------------- Moses
+
+
+def test_moses_tokenize_detokenize():
+    text = "Das ist \u201eein Test\u201c: 3-D-Grafik, z.B. f\u00fcr 10 % (heute).\n"
+    r = subprocess.run([sys.executable, "data_prep/moses.py", "tokenize", "-l", "de"], cwd=ROOT, input=text,
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == 'Das ist " ein Test " : 3-D-Grafik , z.B. für 10 % ( heute ) .'
+    a = subprocess.run([sys.executable, "data_prep/moses.py", "tokenize", "-l", "de", "-a"], cwd=ROOT, input=text,
+                       capture_output=True, text=True, check=True)
+    assert "3 @-@ D @-@ Grafik" in a.stdout
+    d = subprocess.run([sys.executable, "data_prep/moses.py", "detokenize", "-l", "de"], cwd=ROOT, input=r.stdout,
+                       capture_output=True, text=True, check=True)
+    assert d.stdout.strip() == 'Das ist "ein Test": 3-D-Grafik, z.B. für 10% (heute).'
+
+
+# ---------------------------------------------------------------- WMT14 En-De
+
+
+def check_wmt_output(dest, n_valid, n_test, raw_test_de):
+    from fairseq.data import Dictionary, data_utils
+
+    assert lines(f"{dest}/dict.en.txt") == lines(f"{dest}/dict.de.txt")  # joined dictionary
+    d = Dictionary.load(f"{dest}/dict.en.txt")
+    for split, n in (("valid", n_valid), ("test", n_test)):
+        for lang in ("en", "de"):
+            ds = data_utils.load_indexed_dataset(f"{dest}/{split}.en-de.{lang}", d)
+            assert len(ds) == n
+    assert lines(f"{dest}/raw.test.de") == raw_test_de
+    assert os.path.getsize(f"{dest}/bpecodes") > 0
+
+
+def test_prepare_wmt14_raw(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, n in (("train", 1500), ("valid", 60), ("test", 50)):
+        for lang in ("en", "de"):
+            head(f"{SAMPLE}/po_en_de/{split}.{lang}", raw / f"{split}.{lang}", n)
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", "--raw", str(raw)],
+            {"WORK": str(work), "DEST": str(dest), "BPE_TOKENS": "300"})
+    assert "[5/5] fairseq-preprocess" in r.stdout
+    check_wmt_output(dest, 60, 50, lines(raw / "test.de"))
+    bpe = open(work / "bpe" / "train.en", encoding="utf-8").read()
+    assert "@@ " in bpe  # subword units
+    kept = lines(work / "bpe" / "train.clean.en")
+    assert 0 < len(kept) <= 1500 and len(kept) == len(lines(work / "bpe" / "train.clean.de"))
+    for en, de in zip(kept, lines(work / "bpe" / "train.clean.de")):
+        n, m = len(en.split()), len(de.split())
+        assert 1 <= n <= 250 and 1 <= m <= 250 and n <= 1.5 * m and m <= 1.5 * n
+
+
+def test_prepare_wmt14_local_archives(tmp_path):
+    """The official archives' layout (corpora, newstest2013, the SGML newstest2014), made small."""
+    en, de = lines(f"{SAMPLE}/po_en_de/train.en")[:900], lines(f"{SAMPLE}/po_en_de/train.de")[:900]
+    txt = lambda xs: "".join(x + "\n" for x in xs)  # noqa: E731
+    test_en, test_de = lines(f"{SAMPLE}/po_en_de/test.en")[:20], lines(f"{SAMPLE}/po_en_de/test.de")[:20]
+    sgm = lambda xs: "<srcset>\n<doc>\n" + "".join(f'<seg id="{i + 1}">{x}</seg>\n' for i, x in enumerate(xs)) + "</doc>\n"  # noqa: E731
+    local = tmp_path / "archives"
+    local.mkdir()
+    archives = {
+        "training-parallel-europarl-v7.tgz": {"training/europarl-v7.de-en.en": txt(en[:300]),
+                                              "training/europarl-v7.de-en.de": txt(de[:300])},
+        "training-parallel-commoncrawl.tgz": {"commoncrawl.de-en.en": txt(en[300:600]),
+                                              "commoncrawl.de-en.de": txt(de[300:600])},
+        "training-parallel-nc-v9.tgz": {"training/news-commentary-v9.de-en.en": txt(en[600:]),
+                                        "training/news-commentary-v9.de-en.de": txt(de[600:])},
+        "dev.tgz": {"dev/newstest2013.en": txt(lines(f"{SAMPLE}/po_en_de/valid.en")[:30]),
+                    "dev/newstest2013.de": txt(lines(f"{SAMPLE}/po_en_de/valid.de")[:30])},
+        "test-full.tgz": {"test-full/newstest2014-deen-src.en.sgm": sgm(test_en),
+                          "test-full/newstest2014-deen-ref.de.sgm": sgm(test_de)},
+    }
+    for name, members in archives.items():
+        (local / name).write_bytes(make_tgz(members))
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    run(["bash", "data_prep/prepare_wmt14_en_de.sh", "--local", str(local)],
+        {"WORK": str(work), "DEST": str(dest), "BPE_TOKENS": "200"})
+    assert lines(work / "raw" / "train.en") == en  # the three corpora, in order
+    check_wmt_output(dest, 30, 20, [x.strip() for x in test_de])
+    # a missing archive is named
+    os.remove(local / "dev.tgz")
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", "--local", str(local)],
+            {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode != 0 and f"missing input file {local}/dev.tgz" in r.stderr
+
+
+def test_prepare_scripts_help_and_errors(tmp_path):
+    for script in ("prepare_wmt14_en_de.sh", "prepare_wikitext103.sh", "prepare_mlm.sh"):
+        r = run(["bash", f"data_prep/{script}", "--help"])
+        assert r.stdout.startswith("usage:") and "--raw DIR" in r.stdout
+        r = run(["bash", f"data_prep/{script}", "--bogus"], ok=False)
+        assert r.returncode != 0 and "unknown argument --bogus" in r.stderr
+        r = run(["bash", f"data_prep/{script}", "--raw", str(tmp_path / "nothing")],
+                {"WORK": str(tmp_path / "w"), "DEST": str(tmp_path / "b")}, ok=False)
+        assert r.returncode != 0 and "missing input file" in r.stderr
+    # a destination that is not fairseq-preprocess output is left alone
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "thesis.tex").write_text("keep me")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        head(f"{SAMPLE}/doc_en/{split}.txt", raw / f"{split}.txt", 40)
+    r = run(["bash", "data_prep/prepare_wikitext103.sh", "--raw", str(raw)],
+            {"WORK": str(tmp_path / "w"), "DEST": str(tmp_path / "precious")}, ok=False)
+    assert "is not a fairseq-preprocess output folder" in r.stderr
+    assert (tmp_path / "precious" / "thesis.tex").read_text() == "keep me"
+
+
+# ---------------------------------------------------------------- Wikitext-103
+
+
+def test_prepare_wikitext103_raw_and_local(tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, n in (("train", 600), ("valid", 50), ("test", 50)):
+        head(f"{SAMPLE}/doc_en/{split}.txt", raw / f"{split}.txt", n)
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    run(["bash", "data_prep/prepare_wikitext103.sh", "--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)})
+    tokens = open(work / "tokens" / "wiki.train.tokens", encoding="utf-8").read()
+    assert " @-@ " in tokens  # Wikitext-style aggressive hyphen splitting
+    d = Dictionary.load(f"{dest}/dict.txt")
+    ds = data_utils.load_indexed_dataset(f"{dest}/valid", d)
+    assert len(ds) == 50
+    # --local with the official zip's layout (wikitext-103/wiki.*.tokens)
+    local = tmp_path / "local"
+    local.mkdir()
+    with zipfile.ZipFile(local / "wikitext-103-v1.zip", "w") as z:
+        for split in ("train", "valid", "test"):
+            z.write(work / "tokens" / f"wiki.{split}.tokens", f"wikitext-103/wiki.{split}.tokens")
+    first = lines(dest / "dict.txt")
+    (dest / "valid.bin").write_bytes(b"stale")
+    # into the same DEST: a re-run replaces the output (fairseq-preprocess alone would refuse an existing
+    # dictionary)
+    run(["bash", "data_prep/prepare_wikitext103.sh", "--local", str(local)],
+        {"WORK": str(tmp_path / "work2"), "DEST": str(dest)})
+    assert lines(dest / "dict.txt") == first
+    assert len(data_utils.load_indexed_dataset(f"{dest}/valid", d)) == 50
+
+
+# ---------------------------------------------------------------- MLM
+
+
+def test_prepare_mlm_sentencepiece(tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, n in (("train", 800), ("valid", 80)):
+        head(f"{SAMPLE}/doc_en/{split}.txt", raw / f"{split}.txt", n)
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", "data_prep/prepare_mlm.sh", "--raw", str(raw)],
+            {"WORK": str(work), "DEST": str(dest), "VOCAB_SIZE": "300", "BLOCKS": "128 256"})
+    assert "tokens_per_sample 128:" in r.stdout and "tokens_per_sample 256:" in r.stdout
+    assert (dest / "spm.model").exists()
+    encoded = lines(work / "valid.bpe")
+    assert len(encoded) == 80 and "\u2581" in encoded[0]
+    # blank lines (document boundaries) stay blank
+    assert [i for i, x in enumerate(lines(raw / "valid.txt")) if not x.strip()] == \
+           [i for i, x in enumerate(encoded) if not x]
+    d = Dictionary.load(f"{dest}/dict.txt")
+    assert len(data_utils.load_indexed_dataset(f"{dest}/valid", d)) == 80
+
+
+@pytest.mark.slow
+def test_prepare_mlm_gpt2(tmp_path):
+    """RoBERTa's GPT-2 BPE path, with a tiny byte-level vocabulary in place of the real one."""
+    from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    chars = list(bytes_to_unicode().values())
+    encoder = {c: i for i, c in enumerate(chars)}
+    encoder["th"] = len(encoder)
+    (gpt2 / "encoder.json").write_text(json.dumps(encoder))
+    (gpt2 / "vocab.bpe").write_text("#version: 0.2\nt h\n")
+    (gpt2 / "dict.txt").write_text("".join(f"{i} 1\n" for i in range(len(encoder))))
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "train.txt").write_text("the thing\n\nother text\n")
+    (raw / "valid.txt").write_text("this\n")
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    run(["bash", "data_prep/prepare_mlm.sh", "--raw", str(raw)],
+        {"WORK": str(work), "DEST": str(dest), "BPE": "gpt2", "GPT2_DIR": str(gpt2), "BLOCKS": "8"})
+    th, e, space = encoder["th"], encoder["e"], encoder["\u0120"]
+    assert lines(work / "valid.bpe") == [f"{th} {encoder['i']} {encoder['s']}"]
+    assert lines(work / "train.bpe")[0].split()[:3] == [str(th), str(e), str(space)]
+    assert lines(work / "train.bpe")[1] == ""

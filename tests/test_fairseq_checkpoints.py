@@ -1,0 +1,80 @@
+"""Checkpoints load with torch's weights-only unpickler (the default since torch 2.6), through fairseq's
+own loading path, and a checkpoint holding any other pickled object is refused: nothing runs."""
+
+import argparse
+import os
+import pickle
+
+import pytest
+import torch
+
+pytest.importorskip("fairseq")
+
+from fairseq import checkpoint_utils  # noqa: E402
+
+import fairseq_eva  # noqa: E402,F401  (registers the safe globals)
+from fairseq_eva.checkpoint_safety import SAFE_GLOBALS  # noqa: E402
+from fairseq_helpers import USER_DIR, lm_data, run  # noqa: E402
+
+
+class Payload:
+    """An arbitrary object: unpickling it would need this class, which is not an allowed global."""
+
+    def __init__(self):
+        self.value = 42
+
+
+class RunsCode:
+    """Unpickling this runs a shell command (the classic pickle exploit)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def checkpoint(**extra_state):
+    """What fairseq-train saves, in small: tensors, containers, and the model's argparse.Namespace."""
+    args = argparse.Namespace(arch="transformer_eva_tiny", task="translation", eva_overlap=True)
+    return {
+        "args": None,
+        "cfg": {"model": args, "task": {"_name": "translation"}},
+        "model": {"encoder.w": torch.zeros(2)},
+        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
+                               "lr_scheduler_state": {"best": 1.0}, "num_updates": 3}],
+        "extra_state": {"train_iterator": {"epoch": 1}, **extra_state},
+    }
+
+
+def test_registered_types_are_only_what_fairseq_checkpoints_hold():
+    assert SAFE_GLOBALS == (argparse.Namespace,)
+    assert argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+def test_a_plain_checkpoint_loads_through_fairseqs_loader(tmp_path):
+    path = tmp_path / "ok.pt"
+    torch.save(checkpoint(), path)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert state["cfg"].model.arch == "transformer_eva_tiny" and state["cfg"].model.eva_overlap is True
+
+
+@pytest.mark.parametrize("make", [lambda marker: Payload(), lambda marker: RunsCode(marker)], ids=["object", "os.system"])
+def test_a_checkpoint_with_a_pickled_object_is_refused(tmp_path, make):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save(checkpoint(payload=make(marker)), path)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
+    data = lm_data(tmp_path_factory)
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save(checkpoint(payload=RunsCode(marker)), path)
+    proc = run("fairseq-eval-lm", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", path, check=False)
+    assert proc.returncode != 0
+    assert "Weights only load failed" in proc.log
+    assert not marker.exists()

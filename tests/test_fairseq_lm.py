@@ -1,0 +1,135 @@
+"""End to end, through fairseq's command-line tools: causal EVA language model (English prose subset of
+the bundled sample). fairseq-train (loss goes down), fairseq-eval-lm with and without a context window,
+generation by incremental decoding equal to a full forward, fairseq-hydra-train, option errors."""
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("fairseq")
+
+from fairseq import checkpoint_utils  # noqa: E402
+
+import fairseq_eva  # noqa: E402,F401  (registers the models, for loading a checkpoint in this process)
+from fairseq_helpers import FIXTURES, USER_DIR, is_finite, json_records, lm_data, run  # noqa: E402
+
+UPDATES = 16
+TRAIN = [
+    "--user-dir", USER_DIR, "--cpu", "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
+    "--tokens-per-sample", "64", "--sample-break-mode", "none", "--share-decoder-input-output-embed",
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
+    "--warmup-updates", "8", "--criterion", "cross_entropy", "--max-tokens", "1024",
+    "--log-format", "json", "--log-interval", "1", "--seed", "1", "--no-epoch-checkpoints",
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    data = lm_data(tmp_path_factory)
+    save = tmp_path_factory.mktemp("lm_ckpt")
+    proc = run("fairseq-train", data["bin"], *TRAIN, "--save-dir", save, "--max-update", UPDATES, cwd=save)
+    return {**data, "save": save, "log": proc.log}
+
+
+def test_training_lowers_the_loss(trained):
+    records = json_records(trained["log"], "train_inner")
+    assert [r["num_updates"] for r in records] == list(range(1, UPDATES + 1))
+    losses = [r["loss"] for r in records]
+    assert all(is_finite(x) for x in losses)
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 0.5, losses
+    assert "EVAMultiheadAttention" in trained["log"]
+    assert (trained["save"] / "checkpoint_last.pt").exists()
+
+
+@pytest.mark.parametrize("context_window", [0, 32])
+def test_eval_lm_gives_a_finite_perplexity(trained, context_window):
+    proc = run("fairseq-eval-lm", trained["bin"], "--user-dir", USER_DIR, "--cpu",
+               "--path", trained["save"] / "checkpoint_last.pt", "--tokens-per-sample", 64,
+               "--context-window", context_window, "--max-tokens", 4096, "--gen-subset", "test")
+    match = re.search(r"Loss \(base 2\): (\S+), Perplexity: (\S+)", proc.log)
+    assert match, proc.log[-2000:]
+    loss, ppl = float(match.group(1).rstrip(",")), float(match.group(2))
+    assert is_finite(loss) and is_finite(ppl) and 1.0 < ppl < 1000.0  # 1000 pieces: uniform would be 1000
+
+
+GENERATE = """
+import copy, json, sys
+import torch
+from omegaconf import open_dict
+from fairseq.models.transformer_lm import TransformerLanguageModel
+save, data, user_dir = sys.argv[1:]
+lm = TransformerLanguageModel.from_pretrained(save, "checkpoint_last.pt", data_name_or_path=data, user_dir=user_dir)
+lm.eval()
+from fairseq_eva.modules import EVAMultiheadAttention
+steps = []  # one entry per EVA call with an incremental state: (tokens fed, cached tensors)
+forward = EVAMultiheadAttention.forward
+def counting_forward(self, query, *args, incremental_state=None, **kwargs):
+    out = forward(self, query, *args, incremental_state=incremental_state, **kwargs)
+    if incremental_state is not None:
+        steps.append((query.size(0), len(self._get_input_buffer(incremental_state))))
+    return out
+EVAMultiheadAttention.forward = counting_forward
+model, d = lm.models[0], lm.task.dictionary
+result = {"cls": type(model).__name__, "attn": type(model.decoder.layers[0].self_attn).__name__}
+prompt = lm.encode("▁The ▁file ▁is")[:-1]  # without the eos that encode() appends
+for beam in (1, 4):
+    gen = copy.deepcopy(lm.cfg.generation)
+    with open_dict(gen):
+        gen.beam, gen.min_len, gen.max_len_b = beam, 40, 40  # 40 tokens: several windows and chunks
+    generator = lm.task.build_generator(lm.models, gen)
+    src = torch.cat([torch.tensor([d.eos()]), prompt]).unsqueeze(0)
+    sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
+    steps.clear()
+    hypo = lm.task.inference_step(generator, lm.models, sample)[0][0]  # incremental decoding
+    with torch.no_grad():  # one full forward over the same sequence
+        net_input = torch.cat([torch.tensor([d.eos()]), hypo["tokens"][:-1]]).unsqueeze(0)
+        lprobs = model.get_normalized_probs(model(net_input), log_probs=True)[0]
+    full = lprobs.gather(-1, hypo["tokens"].unsqueeze(-1)).squeeze(-1)
+    result[f"beam{beam}"] = {
+        "incremental_steps": len(steps), "tokens_per_step": sorted({n for n, _ in steps}),
+        "cache_used": all(c > 0 for _, c in steps),
+        "length": len(hypo["tokens"]),
+        "prefix_kept": hypo["tokens"][: len(prompt)].tolist() == prompt.tolist(),
+        "max_diff": (full - hypo["positional_scores"]).abs().max().item(),
+    }
+print(json.dumps(result))
+"""
+
+
+def test_generation_by_incremental_decoding_scores_like_a_full_forward(trained, tmp_path):
+    script = tmp_path / "generate.py"
+    script.write_text(GENERATE)
+    proc = run("python", script, trained["save"], trained["bin"], USER_DIR)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["cls"] == "TransformerLanguageModelEVA" and result["attn"] == "EVAMultiheadAttention"
+    for beam in ("beam1", "beam4"):
+        assert result[beam]["length"] == 41 and result[beam]["prefix_kept"]
+        # every EVA call went through fairseq's incremental state, one token at a time, with a cache
+        assert result[beam]["incremental_steps"] == 41 * 2  # 41 steps x 2 layers
+        assert result[beam]["tokens_per_step"] == [1] and result[beam]["cache_used"]
+        assert result[beam]["max_diff"] < 1e-4, result
+
+
+def test_hydra_train_runs_a_tiny_config(trained, tmp_path):
+    proc = run("fairseq-hydra-train", "--config-dir", FIXTURES / "hydra", "--config-name", "tiny_lm_eva",
+               f"task.data={trained['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
+               f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    records = json_records(proc.log, "train_inner")
+    assert [r["num_updates"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert all(is_finite(r["loss"]) for r in records)
+    assert "EVAMultiheadAttention" in proc.log
+    # its checkpoint (configuration saved as a dict, not a Namespace) loads and builds the EVA model
+    models, _ = checkpoint_utils.load_model_ensemble([str(tmp_path / "ckpt" / "checkpoint_last.pt")],
+                                                     arg_overrides={"data": str(trained["bin"])})
+    attn = models[0].decoder.layers[0].self_attn
+    assert type(attn).__name__ == "EVAMultiheadAttention"
+    assert (attn.causal, attn.window_size, attn.overlap, attn.chunk_size) == (True, 8, True, 2)  # the config's
+
+
+def test_bad_option_stops_before_training(trained, tmp_path):
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
+               "--eva-window-size", 16, "--eva-chunk-size", 5, cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "--eva-chunk-size (5) must divide --eva-window-size (16)" in proc.log
+    assert "train_inner" not in proc.log and not list(tmp_path.glob("*.pt"))

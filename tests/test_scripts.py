@@ -1,0 +1,120 @@
+"""scripts/: every script's --help and clear errors, the update_freq that keeps the paper's effective
+batch, and multi-node launches (dry runs: no GPU needed)."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+ENV = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+SHELL_SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.sh"))
+                       if not p.endswith(("lib.sh", "sample_learning.sh")))
+
+
+def run(args, env=None):
+    return subprocess.run(args, cwd=ROOT, env={**ENV, **(env or {})}, capture_output=True, text=True)
+
+
+def test_every_script_is_strict_and_has_help():
+    expected = {"demo.sh", "eval_lm.sh", "eval_mlm.sh", "eval_wmt14.sh", "train_mlm.sh", "train_wikitext103.sh",
+                "train_wmt14.sh"}
+    assert expected <= set(SHELL_SCRIPTS)
+    for name in SHELL_SCRIPTS + ["../data_prep/prepare_wmt14_en_de.sh", "../data_prep/prepare_wikitext103.sh",
+                                 "../data_prep/prepare_mlm.sh"]:
+        path = os.path.join(ROOT, "scripts", name)
+        assert "set -euo pipefail" in open(path).read(), name
+        r = run(["bash", path, "--help"])
+        assert r.returncode == 0 and r.stdout.startswith("usage:"), (name, r.stderr)
+    for name in ("average_checkpoints.py", "demo_report.py"):
+        r = run([sys.executable, os.path.join(ROOT, "scripts", name), "--help"])
+        assert r.returncode == 0 and "usage:" in r.stdout
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "dict.txt").write_text("a 1\n")
+    return str(d)
+
+
+def dry(script, variant, data, **env):
+    r = run(["bash", f"scripts/{script}", variant, "optimization.max_update=10"],
+            {"DRY_RUN": "1", "DATA": data, "SAVE_DIR": "/tmp/unused", **env})
+    assert r.returncode == 0, r.stderr
+    return r.stdout, r.stderr
+
+
+@pytest.mark.parametrize(
+    "script, variant, env, update_freq, world",
+    [
+        ("train_wmt14.sh", "eva32", {"NGPUS": "8"}, 1, 8),  # 4096 x 8 = 32768 tokens
+        ("train_wmt14.sh", "eva16", {"NGPUS": "2"}, 4, 2),
+        ("train_wmt14.sh", "softmax", {"NGPUS": "1", "MAX_TOKENS": "2048"}, 16, 1),
+        ("train_wikitext103.sh", "eva_16l", {"NGPUS": "1"}, 8, 1),  # 8192 x 8 = 65536 tokens
+        ("train_wikitext103.sh", "softmax_32l", {"NGPUS": "4"}, 2, 4),
+        ("train_mlm.sh", "eva_2048", {"NGPUS": "4"}, 4, 4),  # 16 x 4 x 4 = 256 sequences
+        ("train_mlm.sh", "eva_4096", {"NGPUS": "8"}, 4, 8),  # 8 x 8 x 4 = 256
+        ("train_mlm.sh", "softmax_4096", {"NGPUS": "1", "UPDATE_FREQ": "3"}, 3, 1),
+    ],
+)
+def test_update_freq_keeps_the_effective_batch(script, variant, env, update_freq, world, data):
+    out, err = dry(script, variant, data, **env)
+    cmd = out.splitlines()[-1]
+    assert cmd.startswith("+ fairseq-hydra-train --config-dir")
+    assert f"optimization.update_freq=[{update_freq}]" in cmd
+    assert f"distributed_training.distributed_world_size={world}" in cmd
+    assert f"task.data={data}" in cmd and "common.user_dir=" in cmd and cmd.endswith("optimization.max_update=10")
+    assert ("differs from the paper's" in err) == ("UPDATE_FREQ" in env)
+
+
+def test_cpu_training_turns_fp16_off(data):
+    out, _ = dry("train_wmt14.sh", "eva64", data, NGPUS="0")
+    assert "common.cpu=true common.fp16=false" in out
+
+
+def test_multi_node_goes_through_torchrun(data):
+    env = {"NGPUS": "8", "NNODES": "2"}
+    r = run(["bash", "scripts/train_wmt14.sh", "eva32"], {"DRY_RUN": "1", "DATA": data, **env})
+    assert r.returncode != 0 and "needs NODE_RANK and MASTER_ADDR" in r.stderr
+    out, err = dry("train_wmt14.sh", "eva32", data, NODE_RANK="1", MASTER_ADDR="10.0.0.1", **env)
+    cmd = out.splitlines()[-1]
+    assert re.search(r"^\+ torchrun --nnodes 2 --node-rank 1 --nproc-per-node 8 --master-addr 10.0.0.1 "
+                     r"--master-port 29500 \S*fairseq-hydra-train ", cmd)
+    assert "distributed_world_size=16" in cmd and "update_freq=[1]" in cmd
+    assert "differs from the paper's" in err  # 4096 x 16 > 32768: the paper's batch cannot be matched
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["scripts/train_wmt14.sh", "eva99"], {}, "unknown VARIANT 'eva99'"),
+        (["scripts/train_wmt14.sh"], {}, "give a VARIANT"),
+        (["scripts/train_wmt14.sh", "eva32"], {"DATA": "/nonexistent"}, "no binarised data in '/nonexistent'"),
+        (["scripts/train_wikitext103.sh", "eva_16l"], {"DATA": "/nonexistent"}, "run data_prep/prepare_wikitext103.sh"),
+        (["scripts/train_mlm.sh", "eva_2048"], {"DATA": "/nonexistent"}, "run data_prep/prepare_mlm.sh"),
+        (["scripts/eval_wmt14.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
+        (["scripts/eval_lm.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
+        (["scripts/eval_mlm.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
+        (["scripts/eval_lm.sh", "x.pt"], {"DATA": "/nonexistent"}, "no binarised data in '/nonexistent'"),
+        (["scripts/demo.sh", "extra"], {}, "no arguments expected"),
+        (["scripts/demo.sh"], {"DEMO_SAMPLE": "/nonexistent", "DEMO_OUT": "@out"}, "missing /nonexistent/po_en_de/train.en"),
+    ],
+)
+def test_clear_errors(args, env, message, data, tmp_path):
+    env = {k: (data if v == "@data" else str(tmp_path / "out") if v == "@out" else v) for k, v in env.items()}
+    r = run(["bash", *args], env)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
+    ckpts = tmp_path / "ckpts"
+    ckpts.mkdir()
+    r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "10"})
+    assert r.returncode != 0 and "found 0 epoch checkpoints" in r.stderr
