@@ -107,7 +107,8 @@ def time_interleaved(candidates, device, repeats=5, min_time=0.2, budget=float("
         elapsed = timer() - start
         number[name] = max(1, math.ceil(min_time / max(elapsed, 1e-6)))
         slowest = max(slowest, elapsed * number[name])
-    repeats = min(repeats, max(3, int(budget / max(slowest, 1e-6))))
+    if slowest * repeats > budget:
+        repeats = max(3, int(budget / slowest))
     samples = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:
