@@ -3,7 +3,8 @@
 One layer (projections included), batch 1, evaluation mode, no gradients. The decoders consume the same
 tokens one at a time, in turn (interleaved). When the context reaches a measured length L, the next
 `--tokens` steps (a whole window by default, so that chunk and block completions are included) are timed
-and their mean and median reported; the cache size is read at L.
+and their mean and median reported, with the largest cache size over these steps (for EVA also split
+into the chunk summaries and the rest: the current block's q, k, v).
 
 - eva-causal: causal EVA (window 128, chunks of 8): the cache holds the current block (and the previous
   one with overlap) plus k~, beta of every completed chunk, O(w + L / s);
@@ -98,7 +99,7 @@ def main(argv=None):
         for t in range(total):
             if t in measured:
                 window[t] = t
-                sizes[t] = {name: cache_bytes(cache) for name, cache in caches.items()}
+                sizes[t] = {name: [0, 0, 0] for name in caches}  # largest (all, chunk summaries, rest) over the timed steps
             timing = [c for c, first in window.items() if first <= t < first + args.tokens]
             names = list(decoders) if t % 2 == 0 else list(decoders)[::-1]
             for name in names:
@@ -107,15 +108,17 @@ def main(argv=None):
                 common.synchronize(device)
                 for c in timing:
                     measured[c][name].append(timer() - start)
+                    total_bytes, chunk_bytes = cache_bytes(caches[name])
+                    sizes[c][name] = [max(a, b) for a, b in zip(sizes[c][name], (total_bytes, chunk_bytes, total_bytes - chunk_bytes))]
     rows = []
     for c in args.contexts:
         for name in decoders:
             times = measured[c][name]
-            total_bytes, chunk_bytes = sizes[c][name]
+            total_bytes, chunk_bytes, local_bytes = sizes[c][name]
             rows.append(dict(context=c, mechanism=name, latency_mean_s=statistics.mean(times), latency_median_s=statistics.median(times),
-                             cache_bytes=total_bytes, chunk_summary_bytes=chunk_bytes, local_bytes=total_bytes - chunk_bytes))
+                             cache_bytes=total_bytes, chunk_summary_bytes=chunk_bytes, local_bytes=local_bytes))
             print(f"context {c:6d} {name:15s} {1e3 * rows[-1]['latency_mean_s']:7.3f} ms/token (median {1e3 * rows[-1]['latency_median_s']:7.3f})"
-                  f"  cache {total_bytes / 2**20:8.2f} MiB (chunk summaries {chunk_bytes / 2**20:.2f})", flush=True)
+                  f"  cache {total_bytes / 2**20:8.2f} MiB (chunk summaries {chunk_bytes / 2**20:.2f}, rest {local_bytes / 2**20:.2f})", flush=True)
     info["load_average_at_end"] = common.machine(device)["load_average_at_start"]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     common.write_json(args.json, {"benchmark": "decoding", "command": "python -m benchmarks.decoding " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -12,7 +12,7 @@ from benchmarks import approximation, baselines, decoding, speed, training
 
 def run(module, tmp_path, *argv):
     out_json, out_png = tmp_path / "result.json", tmp_path / "plot.png"
-    module.main([*argv, "--threads", "1", "--json", str(out_json), "--plot", str(out_png)])
+    module.main([*argv, "--threads", "1", "--malloc", "default", "--json", str(out_json), "--plot", str(out_png)])
     data = json.loads(out_json.read_text())
     assert out_png.stat().st_size > 1000
     assert {"benchmark", "command", "machine", "settings", "results"} <= set(data)
@@ -55,9 +55,9 @@ def test_decoding(tmp_path):
     rows = {(r["context"], r["mechanism"]): r for r in data["results"]}
     assert set(rows) == {(c, m) for c in (8, 32) for m in ("eva-causal", "softmax-kv-cat", "softmax-kv")}
     assert all(r["latency_mean_s"] > 0 and r["latency_median_s"] > 0 for r in rows.values())
-    # softmax's cache grows with the context; EVA's only by its chunk summaries
-    assert rows[32, "softmax-kv"]["cache_bytes"] == 4 * rows[8, "softmax-kv"]["cache_bytes"]
-    assert rows[32, "eva-causal"]["local_bytes"] <= rows[8, "eva-causal"]["local_bytes"] * 2
+    # softmax's cache grows with the context; EVA's only by its chunk summaries, the rest is one block's q, k, v
+    assert rows[32, "softmax-kv"]["cache_bytes"] > 2.5 * rows[8, "softmax-kv"]["cache_bytes"]
+    assert all(rows[c, "eva-causal"]["local_bytes"] <= 3 * 8 * 32 * 4 for c in (8, 32))
     assert rows[32, "eva-causal"]["chunk_summary_bytes"] > rows[8, "eva-causal"]["chunk_summary_bytes"]
 
 
