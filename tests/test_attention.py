@@ -6,7 +6,6 @@ against `reference_eva`, a slow per-query implementation written straight from t
 Then causality, incremental decoding, padding, numerics and option checking.
 """
 
-import importlib
 import math
 
 import pytest
@@ -148,23 +147,17 @@ def real_mask(lengths, N, side):
     return pos >= lengths if side == "right" else pos < N - lengths
 
 
-def _flash():
-    return getattr(importlib.import_module("fairseq_eva.attention.eva"), "flash", None)
+def force_blockwise(monkeypatch):
+    """EVA runs on fused kernels (no dropout, no RPE gradient) or on the blockwise kernel (training with
+    dropout or a trainable RPE); this sends every call to the blockwise one, so that both meet the same checks."""
+    monkeypatch.setattr(EVAAttention, "_use_blockwise", lambda self, q, grid: True)
 
 
-def disable_fused_causal(monkeypatch):
-    """Causal EVA has a fused CPU path (flash.py) and a generic one (used on GPU, with dropout or a trainable
-    RPE); this turns the fused one off so that both meet the same checks."""
-    monkeypatch.setattr(_flash(), "available", lambda q: False)
-
-
-@pytest.fixture(params=["default", "fallback"])
-def causal_path(request, monkeypatch):
-    """Runs a test on both causal code paths (see disable_fused_causal)."""
-    if request.param == "fallback":
-        if _flash() is None:
-            pytest.skip("this implementation has no separate fused causal path")
-        disable_fused_causal(monkeypatch)
+@pytest.fixture(params=["auto", "blockwise"])
+def kernel(request, monkeypatch):
+    """Runs a test on the kernel EVA picks and on the blockwise kernel (see force_blockwise)."""
+    if request.param == "blockwise":
+        force_blockwise(monkeypatch)
     return request.param
 
 
@@ -253,7 +246,7 @@ BIDIRECTIONAL_CASES = [
     ids=str,
 )
 @pytest.mark.parametrize("N", [23, 9])
-def test_bidirectional_matches_definition(options, rpe, N):
+def test_bidirectional_matches_definition(options, rpe, N, kernel):
     """The fast batched implementation equals the per-query definition (E^n, all chunks, one softmax).
     N = 9 with C = 4 has an empty fourth chunk (size ceil(9/4) = 3), which must not be visible."""
     mod = make(use_rpe=rpe, **options)
@@ -271,10 +264,10 @@ def test_causal_matches_definition(window, chunk, overlap, rpe, monkeypatch):
     mod = make(causal=True, window_size=window, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
     x = inputs(2, 37)
     expected = torch.stack([reference_eva(mod, row) for row in x])
-    for fused in (True, False) if _flash() is not None else (True,):
+    for fused in (True, False):
         with monkeypatch.context() as patch:
             if not fused:
-                disable_fused_causal(patch)
+                force_blockwise(patch)
             for grad in (True, False):
                 with torch.set_grad_enabled(grad):
                     where = f"fused={fused} grad={grad}"
@@ -359,7 +352,7 @@ MODES = {
 @pytest.mark.parametrize("padding", [None, "right", "left"])
 @pytest.mark.parametrize("rpe", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_causal_outputs_ignore_the_future(overlap, rpe, padding, mode, causal_path):
+def test_causal_outputs_ignore_the_future(overlap, rpe, padding, mode, kernel):
     """Changing inputs after n leaves outputs up to n unchanged. One batch holds a copy per cut n; both
     forwards are reseeded so that training noise and dropout are drawn the same."""
     N, cuts = 19, (0, 3, 4, 8, 11, 17)
@@ -384,7 +377,7 @@ def test_causal_outputs_ignore_the_future(overlap, rpe, padding, mode, causal_pa
 @pytest.mark.parametrize("padding", [None, "right", "left"])
 @pytest.mark.parametrize("rpe", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
-def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, padding, mode, causal_path):
+def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, padding, mode, kernel):
     """d y_n / d x_m is exactly zero for every m > n (for any training sample and dropout mask). One backward:
     the batch holds a copy of the sequences per n, and copy n back-propagates from y_n only."""
     N = 19
@@ -408,7 +401,7 @@ def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, paddin
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_pad_inputs_do_not_matter(causal):
+def test_pad_inputs_do_not_matter(causal, kernel):
     """Whatever sits at padded positions (left or right) changes no output at a real position."""
     opts = dict(causal=True, window_size=4, chunk_size=2) if causal else dict(window_size=4, num_chunks=3)
     mod = make(use_rpe=True, overlap=True, **opts)
@@ -430,7 +423,7 @@ def _decode(mod, x, cache, step=1):
 @pytest.mark.parametrize("rpe", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("chunk", [0, 2, 4])
-def test_incremental_decoding_matches_full_forward(chunk, overlap, rpe, causal_path):
+def test_incremental_decoding_matches_full_forward(chunk, overlap, rpe, kernel):
     """Token by token with a cache equals the parallel forward, over N = 37 (blocks of 8, chunks of 2 or 4)."""
     mod = make(causal=True, window_size=8, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
     x = inputs(2, 37)
@@ -447,7 +440,7 @@ def test_incremental_decoding_several_tokens_per_call():
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_incremental_decoding_with_reordered_cache(overlap, causal_path):
+def test_incremental_decoding_with_reordered_cache(overlap, kernel):
     """Beam search: after EVAAttention.reorder_cache(cache, new_order), e.g. [2, 0, 0], the outputs so far and
     from then on match the full forward of the reordered prefixes, each continued with its own new tokens."""
     mod = make(causal=True, window_size=8, chunk_size=2, overlap=overlap, use_rpe=True)
@@ -511,7 +504,7 @@ def _check_padded_batch(options, side):
     ],
     ids=str,
 )
-def test_padded_batch_equals_each_sequence_alone(options, side):
+def test_padded_batch_equals_each_sequence_alone(options, side, kernel):
     """A sequence's output does not depend on its batch: lengths 37, 23, 5, 1 padded to 37
     (blocks and chunks are laid out over each sequence's own tokens, C chunks of ceil(L / C))."""
     _check_padded_batch(options, side)
@@ -527,7 +520,7 @@ def test_padded_batch_equals_each_sequence_alone(options, side):
     ],
     ids=str,
 )
-def test_causal_padded_batch_equals_each_sequence_alone(options, side, causal_path):
+def test_causal_padded_batch_equals_each_sequence_alone(options, side, kernel):
     """Causal: the same, lengths 37, 23, 5, 1 padded to 37."""
     _check_padded_batch({"causal": True, **options}, side)
 

@@ -1,6 +1,6 @@
 """Chunk summaries of EVA: the key summary k~_c and the value summary beta_c of each chunk.
 
-For a chunk P_c (DESIGN section 2, the paper's Eq. 11-13):
+For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
     k~_c = sigma_k(mean of k over P_c),   mu_c = sigma_q(mean of q over P_c) + k~_c,
     omega_c = mu_c + eps (training) or mu_c (evaluation),
     beta_c = sum_{m in P_c} softmax_m((omega_c . k_m - |k_m|^2 / 2) / sqrt(d)) v_m,
@@ -46,9 +46,10 @@ class ChunkSummaries(nn.Module):
         return k_summary, omega
 
     def _log_weights(self, omega, k):
-        # (omega . k_m - |k_m|^2 / 2) / sqrt(d) equals -|k_m - omega|^2 / (2 sqrt(d)) up to |omega|^2 / (2 sqrt(d)),
-        # a constant of the chunk that its softmax ignores: one subtraction, no batched matmul on strided views
-        return upcast(k - omega).square().sum(-1) * (-0.5 * self.scale)
+        # (omega . k_m - |k_m|^2 / 2) / sqrt(d), as products that autograd saves as they are (k is a view of the
+        # projection's output, omega one vector a chunk): nothing of size N x d is kept for the backward
+        k = upcast(k)
+        return ((k * upcast(omega)).sum(-1) - 0.5 * k.square().sum(-1)) * self.scale
 
     def uniform(self, q, k, v, chunk_size):
         """q, k, v: B x H x N x d (any strides), N a multiple of chunk_size, every position real.
@@ -59,7 +60,7 @@ class ChunkSummaries(nn.Module):
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
         weights = torch.softmax(self._log_weights(omega.unsqueeze(3), kc), dim=-1).to(v.dtype)
         beta = (weights.unsqueeze(-1) * vc).sum(3)
-        return k_summary, beta
+        return k_summary.to(k.dtype), beta.to(v.dtype)  # (CUDA autocast runs LayerNorm and sum in float32)
 
     def segmented(self, q, k, v, chunk_ids, num_chunks):
         """Chunks of any layout: chunk_ids (B x N) gives each position's chunk, num_chunks for pads.
@@ -88,4 +89,4 @@ class ChunkSummaries(nn.Module):
         )
         weights = torch.exp(logits - maxima.gather(2, ids)).masked_fill(~real[:, None], 0).unsqueeze(-1)
         beta = segment_sum(weights * upcast(v)) / segment_sum(weights).clamp_min(1e-30)
-        return k_summary, beta.to(v.dtype), counts > 0
+        return k_summary.to(k.dtype), beta.to(v.dtype), counts > 0

@@ -1,17 +1,20 @@
-"""EVA attention (Zheng, Yuan, Wang, Kong, ICLR 2023) in plain PyTorch, multi-head, self-attention.
+"""EVA attention (Zheng, Yuan, Wang, Kong, ICLR 2023) in plain PyTorch: multi-head self-attention.
 
-Each query n attends, in one softmax, to the keys of its local set E^n (exactly) and to one key
-summary k~_c per visible chunk, whose value is the chunk's importance-sampled summary beta_c
-(DESIGN section 2, the paper's Eq. 13 and Algorithms 1-2).
+Each query n attends, in one softmax, to the keys of its local set E^n exactly and to one summary per
+visible chunk (the paper's Eq. 13 with one sample per chunk; docs/design.md, "What EVA computes"):
 
-All queries of a block share their candidate set (up to causal order inside the block), so the
-layer is softmax attention over blocks, with keys [block keys ; chunk summaries k~] and values
-[block values ; beta]: torch's fused scaled_dot_product_attention computes that joint softmax exactly,
-with biases and masks as additive masks of shape (block, keys), and without materialising the scores
-(blocks x w x (w' + C), never N x N). On the CPU, causal EVA calls the fused kernel once per part
-(own block, previous block, visible chunks) and joins the parts (flash.py).
-Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major"): the blocks,
-the fused kernel's inputs and outputs are all views of it, without transposed copies.
+    p   = softmax( [ q_n.k_m / sqrt(d) + b(m - n)  for m in E^n ]  ++  [ q_n.k~_c / sqrt(d)  for visible c ] )
+    y_n = sum_{m in E^n} p_m v_m  +  sum_{visible c} p_c beta_c
+
+with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bias (relative_position.py).
+Which keys a block of queries sees is layout.py's BlockLayout. The layer runs on one of two kernels
+(docs/design.md, "Kernels"):
+- fused: torch's fused attention kernels with additive masks of shape (block, keys), never (N, N): one
+  scaled_dot_product_attention over blocks (bidirectional), or cpu_fused.py (causal, CPU). They take no
+  dropout and return no gradient for a bias, so they run in evaluation or without RPE and dropout;
+- blockwise (blockwise.py): the joint softmax group by group with recomputation in the backward, with
+  attention dropout and a trainable RPE, on any device, in linear memory: the training path.
+Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major").
 """
 
 import math
@@ -21,8 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import flash
+from . import cpu_fused
+from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
+from .layout import BlockLayout, visible_causal_chunks
 from .relative_position import RelativePositionBias
 
 Cache = Dict[str, Tensor]
@@ -61,7 +66,10 @@ def _heads(t):
     return t.flatten(0, 1).transpose(1, 2)
 
 
-def check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout):
+KERNELS = ("auto", "fused", "blockwise")
+
+
+def check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout, kernel="auto"):
     """Raise a ValueError that names the first bad option."""
 
     def need(ok, message):
@@ -76,6 +84,7 @@ def check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks
     need(not (num_chunks and chunk_size), f"set num_chunks ({num_chunks}) or chunk_size ({chunk_size}), not both")
     need(0.0 <= dropout < 1.0, f"dropout must be in [0, 1), got {dropout!r}")
     need(proposal in PROPOSALS, f"proposal must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
+    need(kernel in KERNELS, f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
     if causal:
         need(window_size >= 1, f"window_size must be at least 1 in causal EVA, got {window_size}")
         need(num_chunks == 0, "num_chunks is for bidirectional EVA; causal EVA takes chunk_size")
@@ -96,6 +105,7 @@ class EVAAttention(nn.Module):
     Causal (causal=True): E^n is n's block up to n (plus the previous block with `overlap`); chunks of
     `chunk_size` (dividing the window) are visible once they end before E^n starts.
     No chunks (0) is plain block-local attention. Inputs are batch first: B x N x embed_dim.
+    kernel: "auto" (fused where it applies, else blockwise), or one of them forced (tests, benchmarks).
     """
 
     def __init__(
@@ -113,9 +123,11 @@ class EVAAttention(nn.Module):
         rpe_max_distance=128,
         dropout=0.0,
         bias=True,
+        kernel="auto",
     ):
         super().__init__()
-        check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout)
+        check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout, kernel)
+        self.kernel = kernel
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -186,30 +198,59 @@ class EVAAttention(nn.Module):
         B, N, _ = x.shape
         return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # B x H x N x d, token-major memory
 
+    def _dropout_p(self):
+        return self.dropout.p if self.training else 0.0
+
     def _sdpa(self, q, k, v, bias=None):
         """Fused softmax attention; bias: an additive mask that broadcasts to the scores."""
-        dropout = self.dropout.p if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout, scale=self.scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self._dropout_p(), scale=self.scale)
 
     def _rpe_bias(self, relative_position):
         return self.rpe(relative_position.to(torch.long)).unsqueeze(0)  # 1 x H x ... (broadcast over blocks)
 
+    def _rpe_grid(self, layout, q):
+        """The RPE of every (query, local key) pair of a block, H x w x width (the same for all blocks), or None."""
+        if self.rpe is None:
+            return None
+        keys = torch.arange(layout.width, device=q.device) + layout.offset
+        return self.rpe(keys[None, :] - torch.arange(layout.window, device=q.device)[:, None]).to(q.dtype)
+
+    def _use_blockwise(self, q, grid):
+        """The kernel for this call (docs/design.md, "Kernels"): the fused kernels take no dropout and give no
+        bias gradient; the causal one runs on the CPU only."""
+        fused_ok = not (grid is not None and grid.requires_grad) and self._dropout_p() == 0
+        if self.causal:
+            fused_ok = fused_ok and cpu_fused.accepts(q, False, 0.0)
+        if self.kernel == "fused" and not fused_ok:
+            raise ValueError("kernel='fused' takes no attention dropout in training, no trainable RPE, "
+                             "and (causal) CPU tensors; use kernel='auto' or 'blockwise'")
+        return self.kernel == "blockwise" or not fused_ok
+
     def _bidirectional(self, q, k, v, lengths):
         B, H, N, d = q.shape
         w = self.window_size
-        low = _low(q.dtype)
         k_summary = beta = chunk_ok = None
         if self.chunks is not None:
             k_summary, beta, chunk_ok = self._bidirectional_chunks(q, k, v, lengths)  # B x H x C x d, B x C
-        chunk_bias = None if chunk_ok is None else _bias(~chunk_ok, q.dtype)  # B x C
         if w == 0:  # every query sees every chunk
-            return self._sdpa(q, k_summary, beta, None if chunk_bias is None else chunk_bias[:, None, None, :])
+            return self._sdpa(q, k_summary, beta, None if chunk_ok is None else _bias(~chunk_ok, q.dtype)[:, None, None, :])
 
+        layout = BlockLayout.bidirectional(w, self.overlap)
         nb = math.ceil(N / w)
         q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
-        offset = -(w // 2) if self.overlap else 0  # keys of block b: positions [b*w + offset, b*w + w - offset)
+        grid = self._rpe_grid(layout, q)
+        if self._use_blockwise(q, grid):
+            lengths = torch.full((B,), N, device=q.device) if lengths is None else lengths
+            out = blockwise_attention(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, self._dropout_p(), self.scale)
+        else:
+            out = self._fused_bidirectional(q, k, v, k_summary, beta, chunk_ok, grid, lengths, layout, N)
+        return out[:, :, :N]
+
+    def _fused_bidirectional(self, q, k, v, k_summary, beta, chunk_ok, grid, lengths, layout, N):
+        """One scaled_dot_product_attention over blocks, keys [block keys ; chunk summaries]."""
+        B, H, Np, d = q.shape
+        w, nb, width = layout.window, Np // layout.window, layout.width
         keys, values = (self._block_keys(t, nb) for t in (k, v))  # B x nb x width x H x d
-        width = keys.size(2)
         if k_summary is not None:
             C = k_summary.size(2)
             keys = torch.cat([keys, k_summary.transpose(1, 2)[:, None].expand(B, nb, C, H, d)], dim=2)
@@ -217,23 +258,19 @@ class EVAAttention(nn.Module):
 
         # biases over [block keys ; chunks]: RPE, keys outside the sequence, empty chunks
         bias = None
-        out_of_sequence = self.overlap or nb * w > N or lengths is not None
-        if self.rpe is not None or out_of_sequence or chunk_bias is not None:
-            key_offsets = torch.arange(width, device=q.device) + offset
-            if self.rpe is not None:
-                bias = self._rpe_bias(key_offsets[None, :] - torch.arange(w, device=q.device)[:, None])
-            else:
-                bias = q.new_zeros(1, 1, 1, width)
+        out_of_sequence = self.overlap or Np > N or lengths is not None
+        if grid is not None or out_of_sequence or chunk_ok is not None:
+            bias = q.new_zeros(1, 1, 1, width) if grid is None else grid[None]
             if out_of_sequence:
-                key_pos = torch.arange(nb, device=q.device)[:, None] * w + key_offsets  # nb x width
+                key_pos = torch.arange(nb, device=q.device)[:, None] * w + layout.offset + torch.arange(width, device=q.device)
                 length = N if lengths is None else lengths[:, None, None]
                 outside = ((key_pos < 0) | (key_pos >= length)).expand(B, nb, width)
-                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), low)
+                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), _low(q.dtype))
             if k_summary is not None:
-                chunks = q.new_zeros(1, 1, 1, C) if chunk_bias is None else chunk_bias[:, None].expand(B, nb, C)
+                chunks = q.new_zeros(1, 1, 1, C) if chunk_ok is None else _bias(~chunk_ok, q.dtype)[:, None].expand(B, nb, C)
                 bias = _cat_last(bias, chunks.reshape(-1, 1, 1, C))
         out = self._sdpa(_heads(_blocks(q, nb)), _heads(keys), _heads(values), bias)  # (B nb) x H x w x d
-        return out.transpose(1, 2).reshape(B, nb * w, H, d)[:, :N].transpose(1, 2)
+        return out.transpose(1, 2).reshape(B, Np, H, d).transpose(1, 2)
 
     def _block_keys(self, t, nb):
         """B x H x (nb w) x d -> B x nb x width x H x d: each block's keys (a view without overlap)."""
@@ -263,56 +300,24 @@ class EVAAttention(nn.Module):
     def _causal(self, q, k, v):
         B, H, N, d = q.shape
         w, s = self.window_size, self.chunk_size
+        layout = BlockLayout.causal_blocks(w, self.overlap, s)
         nb = math.ceil(N / w)
         q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))  # pads come after every real query
-        per_block = w // s if s else 0
         k_summary = beta = None
-        if nb > 1 + self.overlap and per_block:  # some block sees a chunk (those of the last 1 + overlap blocks: none)
+        if s and layout.visible_chunks(nb - 1, nb * w // s) > 0:  # some block sees a chunk
             k_summary, beta = self.chunks.uniform(q, k, v, s)
-
-        relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]  # key - query
-        own_bias = prev_bias = None
-        if self.rpe is not None:
-            own_bias = self._rpe_bias(relative).masked_fill(relative > 0, _low(q.dtype))
-            prev_bias = self._rpe_bias(relative - w) if self.overlap else None
-        trainable_bias = own_bias is not None and own_bias.requires_grad
-        if flash.available(q) and not trainable_bias and not (self.training and self.dropout.p > 0):
-            out = flash.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, w, per_block, self.overlap, self.scale)
+        grid = self._rpe_grid(layout, q)
+        if self._use_blockwise(q, grid):
+            lengths = torch.full((B,), nb * w, device=q.device)  # keys after N come after every real query
+            out = blockwise_attention(q, k, v, k_summary, beta, grid, lengths, None, layout, self._dropout_p(), self.scale)
         else:
-            out = self._causal_groups(q, k, v, k_summary, beta, own_bias, prev_bias, per_block)
+            own_bias = prev_bias = None
+            if grid is not None:
+                relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
+                own_bias = grid[None, :, :, -w:].masked_fill(relative > 0, _low(q.dtype))
+                prev_bias = grid[None, :, :, :w] if self.overlap else None
+            out = cpu_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale)
         return out[:, :, :N]
-
-    def _causal_groups(self, q, k, v, k_summary, beta, own_bias, prev_bias, per_block):
-        """Causal EVA on any device, with dropout or a trainable RPE: groups of about sqrt(nb) blocks share
-        one key set [previous block ; own block ; chunks visible to the group's last block] under a mask of
-        shape (blocks, w, keys); masked chunk logits are about 1 / sqrt(nb) of all."""
-        B, H, N, d = q.shape
-        w, nb, low = self.window_size, N // self.window_size, _low(q.dtype)
-        qb, kb, vb = (t.transpose(1, 2).unflatten(1, (nb, w)) for t in (q, k, v))  # B x nb x w x H x d
-        relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
-        local = q.new_zeros(1, 1, w, w).masked_fill(relative > 0, low) if own_bias is None else own_bias
-        if self.overlap:  # E also holds the whole previous block, none for block 0: masks of block 0 and the others
-            kb, vb = (torch.cat([F.pad(t, (0, 0, 0, 0, 0, 0, 1, 0))[:, :-1], t], dim=2) for t in (kb, vb))
-            previous = q.new_zeros(1, 1, w, w) if prev_bias is None else prev_bias
-            local = torch.cat([_cat_last(torch.full_like(previous, low), local), _cat_last(previous, local)])
-        group = max(1, round(math.sqrt(nb)))
-        outs = []
-        for first in range(0, nb, group):
-            last = min(nb, first + group)
-            index = torch.arange(first, last, device=q.device)
-            keys, values = kb[:, first:last], vb[:, first:last]
-            bias = local[(index > 0).long()] if self.overlap else local.expand(last - first, -1, -1, -1)
-            K = max(0, last - 1 - self.overlap) * per_block if k_summary is not None else 0  # chunks seen by the last block
-            if K > 0:
-                shape = (B, last - first, K, H, d)
-                keys = torch.cat([keys, k_summary.transpose(1, 2)[:, None, :K].expand(shape)], dim=2)
-                values = torch.cat([values, beta.transpose(1, 2)[:, None, :K].expand(shape)], dim=2)
-                hidden = torch.arange(K, device=q.device)[None, :] >= (index - int(self.overlap)).clamp_min(0)[:, None] * per_block
-                bias = _cat_last(bias, _bias(hidden, q.dtype)[:, None, None, :])
-            bias = bias.expand(B, *bias.shape).flatten(0, 1)
-            out = self._sdpa(_heads(qb[:, first:last]), _heads(keys), _heads(values), bias)  # (B blocks) x H x w x d
-            outs.append(out.transpose(1, 2).unflatten(0, (B, -1)))
-        return torch.cat(outs, dim=1).flatten(1, 2).transpose(1, 2)
 
     # ---------------------------------------------------------------- incremental decoding
 
@@ -337,10 +342,10 @@ class EVAAttention(nn.Module):
         if "k_prev" in cache:
             keys, vals, offset = torch.cat([cache["k_prev"], k_block], 2), torch.cat([cache["v_prev"], v_block], 2), -w
         relative = torch.arange(keys.size(2), device=x.device)[None, :] + offset - i  # 1 x width
-        bias = self._rpe_bias(relative) if self.rpe is not None else None  # 1 x H x 1 x width
+        bias = self._rpe_bias(relative).to(q.dtype) if self.rpe is not None else None  # 1 x H x 1 x width
         if "k_chunks" in cache:
             block = cache["k_chunks"].size(2) * s // w  # index of this token's block
-            visible = max(0, block - int(self.overlap)) * (w // s)
+            visible = visible_causal_chunks(block, self.overlap, w // s)
             if visible > 0:
                 keys = torch.cat([keys, cache["k_chunks"][:, :, :visible]], dim=2)
                 vals = torch.cat([vals, cache["beta_chunks"][:, :, :visible]], dim=2)

@@ -1,0 +1,217 @@
+"""EVA's joint softmax, block by block, in plain PyTorch: a trainable bias and dropout, any device, linear memory.
+
+Every block of w queries attends, in one softmax, to its local keys (a window of the sequence) and to a
+prefix of the chunk summaries. For a group of query blocks this module forms (docs/design.md, "Kernels")
+
+    S = Q [K_local ; K~]^T / sqrt(d) + bias + mask,   P = softmax(S),   Y = (Z * P) [V_local ; beta],
+
+Z the dropout mask (0 with probability p, else 1 / (1 - p): fairseq's dropout on attention probabilities,
+local and chunk weights alike). Nothing of size N x keys is kept: the backward recomputes S and P group by
+group, as FlashAttention does, and
+
+    dS = P * (Z * dP - rowsum(P * Z * dP)),   dP = dY [V_local ; beta]^T,
+
+which gives dQ, dK, dV, the chunk summaries' gradients, and the bias gradient: dS of the local keys summed
+over blocks, one value per (head, query offset, key offset) for the caller to map onto its buckets.
+Groups are sized to stay in the CPU's cache; each group draws its dropout mask from a seed of its own, so
+the backward draws the same mask again instead of storing it.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .layout import BlockLayout  # noqa: F401 (the type of `layout` below)
+
+# logits a group holds at most (heads x queries x keys). CPU: 4 MiB of float32, so that the passes over a
+# group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a bounded transient memory.
+GROUP_ELEMENTS = {"cpu": 2**20, "cuda": 2**24}
+
+
+class _Dropout:
+    """A group's dropout mask: `keep` is 0 where a uniform 16-bit draw falls among the lowest round(p 2^16)
+    values and 1 elsewhere; kept weights are multiplied by scale(p) = 1 / (1 - that probability), so that
+    E[keep * scale] = 1 exactly. The draws come four to a 64-bit random integer (a quarter of the
+    generator's work of rand()) and depend only on the seed: the backward draws the same mask again."""
+
+    def __init__(self, like, p, seed):
+        count = like.numel()
+        generator = torch.Generator(device=like.device).manual_seed(seed)
+        bits = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device)
+        bits.random_(-(2**63), None, generator=generator)
+        self.keep = torch.empty_like(like)
+        torch.ge(bits.view(torch.int16)[:count].view(like.shape), _threshold(p) - 2**15, out=self.keep)
+
+    @staticmethod
+    def scale(p):
+        return 2**16 / (2**16 - _threshold(p))
+
+
+def _threshold(p):
+    return round(p * 2**16)
+
+
+def _groups(layout, num_blocks, heads, num_chunks, device):
+    """Consecutive blocks [b0, b1) whose logits fit in GROUP_ELEMENTS (one block at least)."""
+    limit = GROUP_ELEMENTS.get(device.type, GROUP_ELEMENTS["cuda"])
+    b0 = 0
+    while b0 < num_blocks:
+        b1 = b0 + 1
+        while b1 < num_blocks:
+            keys = layout.width + layout.visible_chunks(b1, num_chunks)
+            if heads * (b1 + 1 - b0) * layout.window * keys > limit:
+                break
+            b1 += 1
+        yield b0, b1
+        b0 = b1
+
+
+def _window_positions(layout, b0, b1, device):
+    """Key positions of blocks [b0, b1): (b1 - b0) x width."""
+    blocks = torch.arange(b0, b1, device=device)[:, None]
+    return blocks * layout.window + layout.offset + torch.arange(layout.width, device=device)
+
+
+def _local(t, layout, b0, b1):
+    """The local keys (or values) of blocks [b0, b1) of t (B x H x N x d): B x H x G x width x d."""
+    N, w = t.size(2), layout.window
+    lo, hi = b0 * w + layout.offset, (b1 - 1) * w + layout.offset + layout.width
+    segment = t[:, :, max(lo, 0) : min(hi, N)]
+    if lo < 0 or hi > N:
+        segment = F.pad(segment, (0, 0, max(0, -lo), max(0, hi - N)))
+    return segment.unfold(2, layout.width, w).transpose(-1, -2)
+
+
+class _Group:
+    """One group of query blocks [b0, b1): its scaled queries, its keys and values [local ; chunks]."""
+
+    def __init__(self, q, k, v, k_summary, beta, layout, b0, b1, scale):
+        B, H, N, d = q.shape
+        w, G = layout.window, b1 - b0
+        self.first, self.size = b0, G
+        self.rows = slice(b0 * w, b1 * w)
+        self.q = (q[:, :, self.rows].unflatten(2, (G, w)) * scale).contiguous()  # B x H x G x w x d
+        self.chunks = 0 if k_summary is None else layout.visible_chunks(b1 - 1, k_summary.size(2))
+        keys, values = _local(k, layout, b0, b1), _local(v, layout, b0, b1)
+        if self.chunks:
+            shape = (B, H, G, self.chunks, d)
+            keys = torch.cat([keys, k_summary[:, :, None, : self.chunks].expand(shape)], dim=3)
+            values = torch.cat([values, beta[:, :, None, : self.chunks].expand(shape)], dim=3)
+        self.keys, self.values = keys, values  # B x H x G x (width + chunks) x d
+        self.positions = _window_positions(layout, b0, b1, q.device)  # G x width
+
+    def rows_of(self, t):
+        """The group's rows of a B x H x N x e tensor, as B x H x G x w x e."""
+        return t[:, :, self.rows].unflatten(2, (self.size, -1))
+
+    def logits(self, layout, bias, lengths, shortest, chunk_ok):
+        """S of the group, B x H x G x w x (width + chunks); bias: 1 x H x 1 x w x width or None."""
+        low = torch.finfo(self.q.dtype).min
+        S = torch.matmul(self.q, self.keys.transpose(-1, -2))
+        if S.dtype in (torch.float16, torch.bfloat16):  # softmax statistics in float32
+            S = S.float()
+            low = torch.finfo(S.dtype).min
+        local = S[..., : layout.width]
+        if bias is not None:
+            local.add_(bias)
+        if self.positions[0, 0] < 0 or self.positions[-1, -1] >= shortest:  # some key lies outside a sequence
+            outside = (self.positions < 0) | (self.positions >= lengths[:, None, None])  # B x G x width
+            local.masked_fill_(outside[:, None, :, None, :], low)
+        if self.chunks:
+            chunk = S[..., layout.width :]
+            if chunk_ok is not None:
+                chunk.masked_fill_(~chunk_ok[:, None, None, None, : self.chunks], low)
+            if layout.causal and self.size > 1:  # blocks of the group before its last see fewer chunks
+                seen = [layout.visible_chunks(self.first + g, self.chunks) for g in range(self.size)]
+                hidden = torch.arange(self.chunks, device=S.device)[None, :] >= torch.tensor(seen, device=S.device)[:, None]
+                chunk.masked_fill_(hidden[None, None, :, None, :], low)
+        return S
+
+
+def _local_bias(layout, grid, dtype, device):
+    """The additive bias every block shares over its local keys: the grid (RPE) plus, when causal, the
+    mask of keys after the query; 1 x H x 1 x w x width, or None."""
+    bias = None if grid is None else grid[None, :, None]
+    if layout.causal:
+        relative = _window_positions(layout, 0, 1, device) - torch.arange(layout.window, device=device)[:, None]
+        future = torch.zeros(relative.shape, dtype=dtype, device=device).masked_fill(relative > 0, torch.finfo(dtype).min)
+        bias = future[None, None, None] if bias is None else bias + future
+    return bias
+
+
+class BlockwiseAttention(torch.autograd.Function):
+    """q, k, v: B x H x N x d, N a multiple of the window (a query block never straddles the end);
+    k_summary, beta: B x H x C x d or None; grid: the bias of the local keys, H x w x width, or None;
+    lengths: B, the real tokens of each row (keys at or after it are hidden); chunk_ok: B x C or None.
+    Returns Y, B x H x N x d (a view of B x N x H x d memory)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
+        B, H, N, d = q.shape
+        bias = _local_bias(layout, grid, q.dtype, q.device)
+        shortest = int(lengths.min())
+        out = q.new_empty(B, N, H, d).transpose(1, 2)
+        C = 0 if k_summary is None else k_summary.size(2)
+        for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
+            g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
+            P = torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+            if dropout > 0:
+                P.mul_(_Dropout(P, dropout, seed + i).keep)
+            y = torch.matmul(P.to(g.values.dtype), g.values)
+            out[:, :, g.rows] = (y * _Dropout.scale(dropout) if dropout > 0 else y).flatten(2, 3)
+        ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok)
+        ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, k_summary, beta, grid, lengths, chunk_ok = ctx.saved_tensors
+        layout, scale, dropout = ctx.layout, ctx.scale, ctx.dropout
+        B, H, N, d = q.shape
+        bias = _local_bias(layout, grid, q.dtype, q.device)
+        shortest = int(lengths.min())
+        width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
+        dq = q.new_empty(B, N, H, d).transpose(1, 2)
+        dk, dv = (q.new_zeros(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
+        d_summary = None if k_summary is None else torch.zeros_like(k_summary)
+        d_beta = None if beta is None else torch.zeros_like(beta)
+        d_grid = None if grid is None else torch.zeros_like(grid)
+        C = 0 if k_summary is None else k_summary.size(2)
+        for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
+            g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
+            P = torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+            dy = g.rows_of(grad)  # B x H x G x w x d
+            PZ = P
+            if dropout > 0:  # y = (Z * P) V: dV = (Z * P)^T dy, dP = Z * (dy V^T)
+                keep = _Dropout(P, dropout, ctx.seed + i).keep
+                dy = dy * _Dropout.scale(dropout)
+                PZ = P * keep
+            d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
+            dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype)
+            if dropout > 0:
+                dP.mul_(keep)
+            dS = torch._softmax_backward_data(dP, P, -1, P.dtype).to(g.keys.dtype)  # P * (dP - rowsum(P dP))
+            dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
+            d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
+            positions = (g.positions + left).flatten()
+            dk.index_add_(2, positions, d_keys[:, :, :, :width].flatten(2, 3))
+            dv.index_add_(2, positions, d_values[:, :, :, :width].flatten(2, 3))
+            if g.chunks:
+                d_summary[:, :, : g.chunks] += d_keys[:, :, :, width:].sum(2)
+                d_beta[:, :, : g.chunks] += d_values[:, :, :, width:].sum(2)
+            if d_grid is not None:
+                local = dS[..., :width]
+                d_grid += local[0, :, 0] if B * g.size == 1 else local.sum((0, 2))
+        dk, dv = dk[:, :, left : left + N], dv[:, :, left : left + N]
+        return dq, dk, dv, d_summary, d_beta, d_grid, None, None, None, None, None, None
+
+
+def blockwise_attention(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout=0.0, scale=None, seed=None):
+    """EVA's joint softmax by blocks (BlockwiseAttention); seed: the dropout seed, drawn from torch's
+    default generator when None (so torch.manual_seed makes a run reproducible)."""
+    if scale is None:
+        scale = q.size(-1) ** -0.5
+    if seed is None:
+        seed = int(torch.randint(2**62, (1,)).item()) if dropout > 0 else 0
+    if k_summary is not None:  # one dtype for the matrix products of the backward (autocast is off there)
+        k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
+    return BlockwiseAttention.apply(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, float(dropout), scale, seed)

@@ -1,0 +1,45 @@
+"""Which keys each block of queries sees: the one description every kernel of EVA follows.
+
+Queries are cut into blocks of w. Block b (positions [b w, b w + w)) sees, exactly, its local keys: the
+positions [b w + offset, b w + offset + width) inside the sequence (and, when causal, not after the query);
+and the summaries of the chunks it may see: all of them (bidirectional), or those of the blocks before its
+local keys (causal). docs/design.md, "Blocks and chunks", draws both layouts.
+"""
+
+from dataclasses import dataclass
+
+
+def visible_causal_chunks(block: int, overlap: bool, chunks_per_block: int) -> int:
+    """Causal EVA: block b sees the first (b - overlap) * w / s chunk summaries, those that end before
+    its local set begins (the previous block belongs to the local set with overlap)."""
+    return max(0, block - int(overlap)) * chunks_per_block
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """window w, local keys [b w + offset, b w + offset + width), causal order inside them, and (causal)
+    how many chunk summaries a block's worth of keys holds."""
+
+    window: int
+    offset: int
+    width: int
+    causal: bool
+    overlap: bool = False
+    chunks_per_block: int = 0
+
+    @classmethod
+    def bidirectional(cls, window, overlap):
+        """E = the block, plus window / 2 keys on each side with overlap."""
+        return cls(window, -(window // 2) if overlap else 0, 2 * window if overlap else window, False, overlap)
+
+    @classmethod
+    def causal_blocks(cls, window, overlap, chunk_size):
+        """E = the block up to the query, plus the whole previous block with overlap; chunks of chunk_size."""
+        per_block = window // chunk_size if chunk_size else 0
+        return cls(window, -window if overlap else 0, 2 * window if overlap else window, True, overlap, per_block)
+
+    def visible_chunks(self, block: int, total: int) -> int:
+        """How many of the `total` chunk summaries block b sees (a prefix)."""
+        if not self.causal:
+            return total
+        return min(total, visible_causal_chunks(block, self.overlap, self.chunks_per_block))
