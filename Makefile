@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (DESIGN section 4)
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup test test-slow demo bench clean
+.PHONY: setup test test-slow demo bench clean gpu-check
 
 setup: $(VENV)/.installed
 
@@ -32,3 +32,7 @@ demo: setup
 
 clean:
 	rm -rf $(VENV) *.egg-info
+
+# On a CUDA machine (make setup TORCH='torch==X' for a CUDA build): correctness, speed and fp16 training
+gpu-check: setup
+	$(PY) -m benchmarks.gpu_check --out benchmarks/results/gpu

@@ -93,13 +93,14 @@ class PerformerLayer(ProjectedAttention):
         self.attend = self.performer
 
 
-def eva(embed_dim, num_heads, window=256, chunks=128, **options):
-    """Bidirectional EVA with abs(E) = window and C = chunks, no relative position bias."""
-    return EVAAttention(embed_dim, num_heads, window_size=window, num_chunks=chunks, use_rpe=False, **options)
+def eva(embed_dim, num_heads, window=256, chunks=128, use_rpe=False, **options):
+    """Bidirectional EVA with abs(E) = window and C = chunks; by default without the relative position bias
+    (the "+rpe" rows add the architectures' default trainable bias, "+dropout" the configs' 0.1)."""
+    return EVAAttention(embed_dim, num_heads, window_size=window, num_chunks=chunks, use_rpe=use_rpe, **options)
 
 
-def eva_causal(embed_dim, num_heads, window=128, chunk_size=8, **options):
-    return EVAAttention(embed_dim, num_heads, causal=True, window_size=window, chunk_size=chunk_size, use_rpe=False, **options)
+def eva_causal(embed_dim, num_heads, window=128, chunk_size=8, use_rpe=False, **options):
+    return EVAAttention(embed_dim, num_heads, causal=True, window_size=window, chunk_size=chunk_size, use_rpe=use_rpe, **options)
 
 
 def local(embed_dim, num_heads, window=256, causal=False):
@@ -110,7 +111,11 @@ def local(embed_dim, num_heads, window=256, causal=False):
 # name -> (builder(embed_dim, num_heads), causal): the mechanisms of the speed and memory benchmark
 MECHANISMS = {
     "eva": (lambda D, H: eva(D, H), False),
+    "eva+rpe": (lambda D, H: eva(D, H, use_rpe=True), False),
+    "eva+rpe+dropout": (lambda D, H: eva(D, H, use_rpe=True, dropout=0.1), False),
     "eva-causal": (lambda D, H: eva_causal(D, H), True),
+    "eva-causal+rpe": (lambda D, H: eva_causal(D, H, use_rpe=True), True),
+    "eva-causal+rpe+dropout": (lambda D, H: eva_causal(D, H, use_rpe=True, dropout=0.1), True),
     "local": (lambda D, H: local(D, H), False),
     "softmax": (lambda D, H: ProjectedAttention(D, H, softmax_attention), False),
     "sdpa": (lambda D, H: ProjectedAttention(D, H, sdpa_attention), False),

@@ -29,6 +29,7 @@ def test_speed(tmp_path):
         assert (r["mechanism"] == "projections") != ("attention_s" in r)
     pairs = {(s["N"], s["mechanism"], s["baseline"]) for s in data["speedups"]}
     assert (64, "eva", "sdpa") in pairs and (96, "eva-causal", "sdpa-causal") in pairs
+    assert (64, "eva+rpe+dropout", "eva") in pairs and (96, "eva-causal+rpe+dropout", "eva-causal") in pairs
     assert all(s["layer_speedup"] > 0 and s["memory_ratio"] > 0 for s in data["speedups"])
 
 
