@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A CUDA user overrides the pin, e.g. make setup TORCH='torch==2.5.1'
 TORCH ?= torch==2.13.0
-# fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (DESIGN section 4)
+# fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (docs/design.md, "Environment")
 FAIRSEQ ?= ve-fairseq==0.12.3
 
 .PHONY: setup test test-slow demo bench clean gpu-check

@@ -4,7 +4,7 @@ Every mechanism is a module with `forward(x)` (B x N x embed_dim, projections in
 `attention(q, k, v)` (B x H x N x d per-head queries, keys and values, projections excluded).
 
 - EVA and block-local attention are fairseq_eva's EVAAttention: block-local attention is EVA with no
-  chunks, the paper's "Local" baseline (DESIGN section 2, special cases), so they share the code.
+  chunks, the paper's "Local" baseline (docs/design.md, "Special cases"), so they share the code.
 - softmax: exact attention written out (N x N scores, softmax, weighted sum), as a plain implementation.
 - sdpa: exact attention by torch.nn.functional.scaled_dot_product_attention (a fused kernel).
 - performer: Performer / RFA with positive orthogonal random features (FAVOR+, Choromanski et al. 2021),

@@ -1,6 +1,8 @@
-"""Draw the bundled sample (data/sample) from the shared real corpora; kept for provenance.
+"""Draw the bundled sample (data/sample) from the full corpora it comes from; kept for provenance.
 
-    python data_prep/make_sample.py --source ../shared/data/real --out data/sample
+    python data_prep/make_sample.py --source CORPORA --out data/sample
+
+CORPORA holds po_en_de/{train,valid,test}.{en,de} and doc_en/{train,valid,test}.txt.
 
 Parallel pairs are sampled uniformly per split (seed 13, order kept); prose is sampled as whole
 documents until a line budget is reached.
@@ -26,7 +28,7 @@ def write(path, text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", default="../shared/data/real")
+    parser.add_argument("--source", required=True, help="folder with po_en_de/ and doc_en/")
     parser.add_argument("--out", default="data/sample")
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args()

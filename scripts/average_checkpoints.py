@@ -29,7 +29,7 @@ import tempfile
 
 import torch
 
-try:  # registers the safe globals that fairseq checkpoints need (DESIGN section 3)
+try:  # registers the safe globals that fairseq checkpoints need (docs/design.md, "fairseq integration")
     import fairseq_eva  # noqa: F401
 except ImportError:  # plain state dicts still load
     pass

@@ -1,4 +1,4 @@
-"""Tests of the EVA attention core against DESIGN.md section 2.
+"""Tests of the EVA attention core against its definition (docs/design.md, "What EVA computes").
 
 Exactness checks run in float64 with tolerance 1e-6: the special cases of section 2 against softmax
 attention built from the module's own projections with explicit N x N masks, and the general case
@@ -90,7 +90,7 @@ def block_local_mask(N, w, causal, overlap):
 
 
 def local_set(mod, n, L):
-    """E^n for query n of a sequence of L real tokens (DESIGN section 2)."""
+    """E^n for query n of a sequence of L real tokens (docs/design.md, "Blocks and chunks")."""
     w = mod.window_size
     if w == 0:
         return []
@@ -103,7 +103,7 @@ def local_set(mod, n, L):
 
 
 def reference_eva(mod, x, noise=None):
-    """EVA for one sequence x (L x embed, all real), looping over queries as DESIGN section 2 reads.
+    """EVA for one sequence x (L x embed, all real), looping over queries as docs/design.md, "What EVA computes", reads.
 
     noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu).
     """

@@ -1,5 +1,5 @@
-"""The fairseq-hydra-train configs: one per row of the paper, the paper's hyperparameters (DESIGN
-section 1), and each one builds its model through fairseq's hydra path (at a tiny size), so that the
+"""The fairseq-hydra-train configs: one per row of the paper, the paper's hyperparameters (its
+appendix, as the README lists them), and each one builds its model through fairseq's hydra path (at a tiny size), so that the
 configs cannot drift from the code. A real fairseq-hydra-train run per task is in test_configs_train.py."""
 
 import glob
