@@ -2,7 +2,8 @@
 
 The attention core (`fairseq_eva.attention`) is plain PyTorch. When fairseq is importable, importing
 the package also registers the models and architectures with fairseq and the few types that fairseq
-checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`).
+checkpoints hold with torch's weights-only unpickler, and makes fairseq's checkpoint copies atomic
+(see `checkpoint_safety`).
 """
 
 import importlib.util
@@ -10,5 +11,7 @@ import importlib.util
 from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
-    from . import checkpoint_safety  # noqa: F401  (registers the safe globals on import)
+    from . import checkpoint_safety  # (registers the safe globals on import)
+
+    checkpoint_safety.make_copies_atomic()
     from . import models  # noqa: F401  (registers the models and architectures)

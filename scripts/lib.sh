@@ -33,19 +33,20 @@ print(OmegaConf.select(OmegaConf.load(sys.argv[1]), sys.argv[2]))' "$file" "$2"
 ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
 
 # run_training CONFIG BATCH_KEY PER_DEVICE TOTAL [hydra overrides...]
-# Trains with fairseq-hydra-train on configs/CONFIG.yaml. update_freq = ceil(TOTAL / (PER_DEVICE x GPUs
-# x NNODES)) keeps the effective batch of the paper (UPDATE_FREQ overrides it). NNODES > 1 launches this
-# node's share through torchrun (set NODE_RANK, MASTER_ADDR, MASTER_PORT on every node).
+# Trains with fairseq-hydra-train on configs/CONFIG.yaml. update_freq = ceil(TOTAL / (PER_DEVICE x processes
+# per node x NNODES)) keeps the effective batch of the paper (UPDATE_FREQ overrides it). With more than one
+# process in all, torchrun starts this node's processes and fairseq joins them into one data-parallel group
+# through env:// (fairseq's own options; fairseq_eva/distributed.py says why they must be explicit).
 run_training() {
     local config=$1 batch_key=$2 per_device=$3 total=$4; shift 4
     need_cmd fairseq-hydra-train
-    local gpus nnodes=${NNODES:-1} devices world uf
+    local gpus nnodes=${NNODES:-1} nproc world uf
     gpus=$(count_gpus)
-    devices=$(( gpus > 0 ? gpus : 1 ))
-    world=$(( devices * nnodes ))
+    nproc=${NPROC_PER_NODE:-$(( gpus > 0 ? gpus : 1 ))}
+    world=$(( nproc * nnodes ))
     uf=${UPDATE_FREQ:-$(ceil_div "$total" $(( per_device * world )))}
     if (( per_device * world * uf != total )); then
-        echo "warning: effective batch $(( per_device * world * uf )) ($batch_key $per_device x $world devices x update_freq $uf) differs from the paper's $total" >&2
+        echo "warning: effective batch $(( per_device * world * uf )) ($batch_key $per_device x $world processes x update_freq $uf) differs from the paper's $total" >&2
     fi
     local args=(--config-dir "$ROOT/configs" --config-name "$config"
         "common.user_dir=$USER_DIR" "task.data=$DATA" "checkpoint.save_dir=$SAVE_DIR"
@@ -55,13 +56,22 @@ run_training() {
         args+=(common.cpu=true common.fp16=false)
     fi
     local cmd=(fairseq-hydra-train "${args[@]}" "$@")
-    if (( nnodes > 1 )); then
-        [[ -n ${MASTER_ADDR:-} && -n ${NODE_RANK:-} ]] || die "NNODES=$nnodes needs NODE_RANK and MASTER_ADDR (and MASTER_PORT) on every node"
+    if (( world > 1 )); then
+        args+=(distributed_training.distributed_init_method=env:// 'distributed_training.distributed_rank=${oc.env:RANK}'
+               distributed_training.distributed_no_spawn=true)
+        if (( gpus == 0 )); then  # NCCL and PyTorch's DDP wrapper (as fairseq calls it) need GPUs
+            args+=(distributed_training.distributed_backend=gloo distributed_training.ddp_backend=legacy_ddp)
+        fi
         need_cmd torchrun
-        cmd=(torchrun --nnodes "$nnodes" --node-rank "$NODE_RANK" --nproc-per-node "$devices"
-             --master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}" "$(command -v fairseq-hydra-train)" "${args[@]}" "$@")
+        local launch=(--standalone --nproc-per-node "$nproc")  # one node: a free port on localhost
+        if (( nnodes > 1 )); then
+            [[ -n ${MASTER_ADDR:-} && -n ${NODE_RANK:-} ]] || die "NNODES=$nnodes needs NODE_RANK and MASTER_ADDR (and MASTER_PORT) on every node"
+            launch=(--nnodes "$nnodes" --node-rank "$NODE_RANK" --nproc-per-node "$nproc"
+                    --master-addr "$MASTER_ADDR" --master-port "${MASTER_PORT:-29500}")
+        fi
+        cmd=(torchrun "${launch[@]}" "$(command -v fairseq-hydra-train)" "${args[@]}" "$@")
     fi
-    echo "config $config: $world device(s) ($gpus GPU(s) x $nnodes node(s)), $batch_key $per_device, update_freq $uf"
+    echo "config $config: $world process(es) ($nproc per node x $nnodes node(s), $gpus GPU(s)), $batch_key $per_device, update_freq $uf"
     echo "+ ${cmd[*]}"
     [[ ${DRY_RUN:-0} == 1 ]] && return 0
     mkdir -p "$SAVE_DIR"
@@ -71,8 +81,11 @@ run_training() {
 # Help text shared by the training scripts.
 TRAIN_ENV_HELP="Environment (default):
   NGPUS        GPUs to use on this node (all that torch sees; 0 = CPU, fp16 off)
-  NNODES       nodes (1); with more, also NODE_RANK, MASTER_ADDR, MASTER_PORT (29500) on every node:
-               the script then starts this node's processes with torchrun
-  UPDATE_FREQ  gradient accumulation (computed: effective batch / (per-GPU batch x GPUs x nodes))
+  NPROC_PER_NODE  training processes on this node (one per GPU; 1 on the CPU); with more than one
+               process in all, torchrun starts them (NCCL on GPUs, gloo on the CPU)
+  NNODES       nodes (1); with more, also NODE_RANK, MASTER_ADDR, MASTER_PORT (29500) on every node
+               (several \"nodes\" on one machine: MASTER_ADDR=127.0.0.1)
+  UPDATE_FREQ  gradient accumulation (computed: effective batch / (per-process batch x processes))
   DRY_RUN      1 = print the command and stop
-Further arguments are hydra overrides, e.g. optimization.max_update=1000 model.dropout=0.2"
+Further arguments are hydra overrides, e.g. optimization.max_update=1000 model.dropout=0.2
+A stopped run resumes from SAVE_DIR/checkpoint_last.pt when started again with the same command."

@@ -66,7 +66,9 @@ def dry(script, variant, data, **env):
 def test_update_freq_keeps_the_effective_batch(script, variant, env, update_freq, world, data):
     out, err = dry(script, variant, data, **env)
     cmd = out.splitlines()[-1]
-    assert cmd.startswith("+ fairseq-hydra-train --config-dir")
+    # one process: fairseq-hydra-train itself; several: torchrun starts them (tests/test_distributed.py)
+    assert re.match(r"\+ (torchrun --standalone --nproc-per-node \d+ \S*)?fairseq-hydra-train --config-dir", cmd)
+    assert cmd.startswith("+ torchrun") == (world > 1)
     assert f"optimization.update_freq=[{update_freq}]" in cmd
     assert f"distributed_training.distributed_world_size={world}" in cmd
     assert f"task.data={data}" in cmd and "common.user_dir=" in cmd and cmd.endswith("optimization.max_update=10")

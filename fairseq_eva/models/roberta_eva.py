@@ -15,6 +15,7 @@ from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
 from ..modules.options import ENCODER, common_defaults
+from ..distributed import check_launch
 from ._util import as_namespace
 
 
@@ -33,6 +34,7 @@ class RobertaEVAModel(RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
         if not safe_hasattr(args, "max_positions"):

@@ -19,6 +19,7 @@ from fairseq.utils import safe_getattr
 
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
 from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
+from ..distributed import check_launch
 from ._util import as_namespace
 
 
@@ -37,6 +38,7 @@ class TransformerEVAModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
         validate_eva_args(args, {

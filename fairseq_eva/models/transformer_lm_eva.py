@@ -25,6 +25,7 @@ from fairseq.utils import safe_getattr
 
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, common_defaults
+from ..distributed import check_launch
 from ._util import as_namespace
 
 
@@ -47,6 +48,7 @@ class TransformerLanguageModelEVA(TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         args = as_namespace(args)
         base_lm_eva_architecture(args)  # fill anything missing (old or hand-written configs)
         validate_eva_args(args, {LM: ("--decoder-attention", args.decoder_embed_dim, args.decoder_attention_heads)})
