@@ -21,13 +21,7 @@ TOL = dict(atol=1e-6, rtol=0)
 # ------------------------------------------------------------------------------------------ helpers
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: intra-op threads only add overhead here, and spin badly on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make(embed=16, heads=2, seed=0, dtype=F64, train=False, **options):

@@ -22,13 +22,7 @@ from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  #
 from fairseq_eva.modules import EVAMultiheadAttention, eva_bool  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is as fast, and does not fight the other jobs of a small shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make_dictionary(n=60):
