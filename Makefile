@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (DESIGN section 4)
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup test test-slow demo bench clean
+.PHONY: setup lint test test-slow demo bench clean
 
 setup: $(VENV)/.installed
 
@@ -21,7 +21,11 @@ $(VENV)/.installed: setup.py requirements.txt Makefile
 	$(PY) -c "import torch, fairseq, fairseq_eva; print('torch', torch.__version__, '| fairseq', fairseq.__version__)"
 	touch $@
 
-test: setup
+# ruff's settings: ruff.toml
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-slow: setup

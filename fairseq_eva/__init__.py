@@ -10,5 +10,5 @@ import importlib.util
 from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
-    from . import checkpoint_safety  # noqa: F401  (registers the safe globals on import)
-    from . import models  # noqa: F401  (registers the models and architectures)
+    # on import: checkpoint_safety registers the safe globals, models the models and architectures
+    from . import checkpoint_safety, models  # noqa: F401

@@ -13,8 +13,8 @@ scripts/average_checkpoints.py, which the pip packages do not ship).
 Every checkpoint must hold the same parameter names with the same shapes and dtypes, or nothing is
 written. Floating-point parameters are summed and divided in float64 and stored in their own dtype;
 other tensors (integer buffers) are taken from the first checkpoint (the newest, with --num-*), as is
-everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same folder and renamed into
-place, so that a failure leaves no partial file and an existing output untouched.
+everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same
+folder and renamed into place, so that a failure leaves no partial file and an existing output untouched.
 
 Checkpoints are read with torch.load(weights_only=True): fairseq_eva registers the types fairseq
 checkpoints hold (argparse.Namespace, ...) as safe globals when it is imported.

@@ -103,7 +103,7 @@ def reference_eva(mod, x, noise=None):
     noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu).
     """
     L = x.size(0)
-    H, d = mod.num_heads, mod.head_dim
+    d = mod.head_dim
     q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
     scale = 1 / math.sqrt(d)
     if mod.causal:

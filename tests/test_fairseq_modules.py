@@ -21,7 +21,6 @@ from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  # noqa: E402
 from fairseq_eva.modules import EVAMultiheadAttention, eva_bool  # noqa: E402
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 

@@ -12,9 +12,8 @@ Architectures:
 """
 
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerModel, transformer_iwslt_de_en, transformer_wmt_en_de
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
-from fairseq.models.transformer import transformer_iwslt_de_en, transformer_wmt_en_de
 from fairseq.utils import safe_getattr
 
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
