@@ -3,6 +3,7 @@ layers inside fairseq's decoder (incremental decoding, beam reordering), the opt
 build-time checks, padding invariance of the translation model."""
 
 import argparse
+import re
 import types
 
 import pytest
@@ -13,13 +14,14 @@ pytest.importorskip("fairseq")
 from fairseq import options  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.modules import MultiheadAttention  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the models)
 from fairseq_eva.attention import EVAAttention  # noqa: E402
 from fairseq_eva.models.roberta_eva import RobertaEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  # noqa: E402
-from fairseq_eva.modules import EVAMultiheadAttention, eva_bool  # noqa: E402
+from fairseq_eva.modules import EVAMultiheadAttention, EVAOptionError, eva_bool  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -238,9 +240,16 @@ def test_bad_options_are_refused_at_build_time_naming_the_option(model_cls, task
         with pytest.raises(SystemExit):
             parse(task, arch, *extra)
         return
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(EVAOptionError) as error:  # a ValueError
         build(model_cls, task, arch, *extra)
     assert expected in str(error.value)
+    # the same model config as fairseq-hydra-train gives it: the options are named as its keys
+    args = vars(parse(task, arch, *extra))
+    with pytest.raises(EVAOptionError) as error:
+        model_cls.build_model(OmegaConf.create({k: v for k, v in args.items() if v is None or
+                                                isinstance(v, (bool, int, float, str))}), fake_task(make_dictionary()))
+    hydra_names = re.sub(r"--([a-z-]+)", lambda m: "model." + m.group(1).replace("-", "_"), expected)
+    assert hydra_names in str(error.value) and "--" not in str(error.value)
 
 
 def test_attention_kind_is_checked_for_hand_written_configs():

@@ -22,6 +22,7 @@ from fairseq.models.transformer_lm import (
 )
 from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
 
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, common_defaults
@@ -47,9 +48,10 @@ class TransformerLanguageModelEVA(TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
+        hydra = OmegaConf.is_config(args)
         args = as_namespace(args)
         base_lm_eva_architecture(args)  # fill anything missing (old or hand-written configs)
-        validate_eva_args(args, {LM: ("--decoder-attention", args.decoder_embed_dim, args.decoder_attention_heads)})
+        validate_eva_args(args, {LM: "decoder_attention"}, hydra)
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:
