@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 ENV = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
 SHELL_SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.sh"))
-                       if not p.endswith(("lib.sh", "sample_learning.sh")))
+                       if not p.endswith("lib.sh"))
 
 
 def run(args, env=None):
@@ -33,6 +33,14 @@ def test_every_script_is_strict_and_has_help():
     for name in ("average_checkpoints.py", "demo_report.py"):
         r = run([sys.executable, os.path.join(ROOT, "scripts", name), "--help"])
         assert r.returncode == 0 and "usage:" in r.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--bogus"], ["a", "b"]])
+def test_sample_learning_starts_nothing_without_its_work_folder(args, tmp_path):
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "sample_learning.sh"), *args], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("usage:") and "error: " in r.stderr
+    assert r.stdout == "" and not list(tmp_path.iterdir())
 
 
 @pytest.fixture
