@@ -8,7 +8,6 @@ from .options import (
     add_masked_lm_args,
     add_translation_args,
     eva_bool,
-    report_option_errors,
     validate_eva_args,
 )
 from .transformer_layers import (
@@ -32,6 +31,5 @@ __all__ = [
     "add_masked_lm_args",
     "add_translation_args",
     "eva_bool",
-    "report_option_errors",
     "validate_eva_args",
 ]

@@ -8,20 +8,19 @@ overridden.
 When a model is built, `validate_eva_args` reads the options of each EVA self-attention into one typed
 `EVAOptions` (EVAAttention's keyword arguments) and checks it; a bad value raises `EVAOptionError`, whose
 message names the options as the user wrote them: `--eva-window-size` under fairseq-train (which prints it
-as one line, `fairseq-train: error: ...`, like argparse) and `model.eva_window_size` under
+as one line, `fairseq-train: error: ...`, like argparse, see fairseq_eva.errors) and `model.eva_window_size` under
 fairseq-hydra-train (which prints it without a traceback).
 """
 
 import argparse
 import dataclasses
-import os
-import sys
 from typing import Callable
 
 from fairseq.utils import safe_getattr
 from hydra.errors import CompactHydraException
 
 from ..attention.chunks import PROPOSALS
+from ..errors import UserError
 
 ATTENTION_CHOICES = ("eva", "softmax")
 
@@ -36,9 +35,9 @@ _TRUE = ("true", "t", "yes", "y", "1", "on")
 _FALSE = ("false", "f", "no", "n", "0", "off")
 
 
-class EVAOptionError(ValueError, CompactHydraException):
-    """A bad EVA option, named as the user wrote it. A CompactHydraException: fairseq-hydra-train prints its
-    message alone; fairseq-train prints it as one line through `report_option_errors`."""
+class EVAOptionError(UserError, ValueError, CompactHydraException):
+    """A bad EVA option, named as the user wrote it. fairseq-train prints it as one line (a UserError);
+    fairseq-hydra-train prints the message of a CompactHydraException without a traceback."""
 
 
 def eva_bool(value):
@@ -294,20 +293,3 @@ def validate_eva_args(args, roles, hydra=False):
             raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported by EVA attention ({using})")
         if role != ENCODER and _get(args, "cross_self_attention"):
             raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")
-
-
-def report_option_errors():
-    """Make an uncaught EVAOptionError print as one line, `PROG: error: MESSAGE`, as argparse's errors do,
-    instead of a traceback (fairseq-train builds the model long after parsing the command line)."""
-    previous = sys.excepthook
-    if getattr(previous, "reports_eva_option_errors", False):
-        return
-
-    def hook(kind, error, traceback):
-        if issubclass(kind, EVAOptionError):
-            print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
-        else:
-            previous(kind, error, traceback)
-
-    hook.reports_eva_option_errors = True
-    sys.excepthook = hook
