@@ -122,6 +122,18 @@ def test_clear_errors(args, env, message, data, tmp_path):
     assert message in r.stderr, r.stderr
 
 
+def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
+    out = tmp_path / "out"
+    out.mkdir()
+    bad = out / "checkpoint_best.pt"
+    bad.write_text("not a checkpoint\n")
+    r = run(["bash", "scripts/eval_lm.sh", str(bad)], {"DATA": data, "NGPUS": "0", "CONTEXTS": "0"})
+    assert r.returncode != 0
+    assert "fairseq-eval-lm failed on valid, context window 0" in r.stderr
+    assert f"{bad} is not a fairseq checkpoint" in r.stderr  # the end of its log is shown
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_best.pt"]
+
+
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
     ckpts = tmp_path / "ckpts"
     ckpts.mkdir()
