@@ -3,10 +3,17 @@
 import os
 import sys
 
+from hydra.errors import CompactHydraException
 
-class UserError(Exception):
-    """A mistake in what the user gave, whose message says all: a command-line tool prints it as one line
-    (see `report_user_errors`), not as a traceback."""
+
+class UserError(CompactHydraException):
+    """A mistake in what the user gave, whose message says all: fairseq-train and the other argparse tools
+    print it as one line (see `report_user_errors`), fairseq-hydra-train prints the message of a
+    CompactHydraException without a traceback."""
+
+
+class FP16Error(UserError):
+    """fp16 asked for without a CUDA GPU."""
 
 
 def report_user_errors():

@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
 from ..modules.options import ENCODER, common_defaults
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("roberta_eva")
-class RobertaEVAModel(RobertaModel):
+class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
     """fairseq's RobertaModel whose encoder self-attention is EVA."""
 
     @classmethod

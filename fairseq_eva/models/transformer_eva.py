@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
 from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("transformer_eva")
-class TransformerEVAModel(TransformerModel):
+class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
     """fairseq's TransformerModel whose encoder (and optionally decoder) self-attention is EVA."""
 
     @classmethod

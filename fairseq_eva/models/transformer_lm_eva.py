@@ -26,11 +26,11 @@ from omegaconf import OmegaConf
 
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, common_defaults
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("transformer_lm_eva")
-class TransformerLanguageModelEVA(TransformerLanguageModel):
+class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
     """fairseq's TransformerLanguageModel whose decoder self-attention is causal EVA.
 
     A legacy (argparse) model, so that the EVA options are command-line options with architecture

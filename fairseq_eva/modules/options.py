@@ -17,7 +17,6 @@ import dataclasses
 from typing import Callable
 
 from fairseq.utils import safe_getattr
-from hydra.errors import CompactHydraException
 
 from ..attention.chunks import PROPOSALS
 from ..errors import UserError
@@ -35,9 +34,8 @@ _TRUE = ("true", "t", "yes", "y", "1", "on")
 _FALSE = ("false", "f", "no", "n", "0", "off")
 
 
-class EVAOptionError(UserError, ValueError, CompactHydraException):
-    """A bad EVA option, named as the user wrote it. fairseq-train prints it as one line (a UserError);
-    fairseq-hydra-train prints the message of a CompactHydraException without a traceback."""
+class EVAOptionError(UserError, ValueError):
+    """A bad EVA option, named as the user wrote it (a UserError: one line on the command line)."""
 
 
 def eva_bool(value):
