@@ -4,7 +4,7 @@ The attention core (`fairseq_eva.attention`) is plain PyTorch. When fairseq is i
 the package also registers the models and architectures with fairseq and the few types that fairseq
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
-(see `errors`).
+(see `errors`); and it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`).
 """
 
 import importlib.util
@@ -12,8 +12,9 @@ import importlib.util
 from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
-    # on import: checkpoint_safety registers the safe globals, models the models and architectures
-    from . import checkpoint_safety, models  # noqa: F401
+    # on import: checkpoint_safety registers the safe globals, models the models and architectures,
+    # batching makes fairseq keep the last batch of an evaluation set
+    from . import batching, checkpoint_safety, models  # noqa: F401
     from .errors import report_user_errors
 
     report_user_errors()  # a bad option or file stops a fairseq tool with one line, as argparse's errors do

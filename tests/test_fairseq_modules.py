@@ -313,3 +313,19 @@ def test_the_core_imports_without_fairseq():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(1, 9, 16)"
+
+
+@pytest.mark.parametrize("n, max_tokens", [(13, 1000), (500, 64), (16, 1000)])
+def test_fairseqs_batching_keeps_every_sentence(n, max_tokens):
+    """fairseq 0.12.3 drops a last batch whose size is not a multiple of --required-batch-size-multiple;
+    with fairseq_eva imported every index is in exactly one batch, in order, within max_tokens."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    lengths = np.random.RandomState(n).randint(1, 9, n).astype(np.int64)
+    indices = np.argsort(lengths, kind="stable").astype(np.int64)
+    batches = data_utils.batch_by_size(indices, lambda i: lengths[i], max_tokens=max_tokens,
+                                       required_batch_size_multiple=8, num_tokens_vec=lengths[indices])
+    assert np.array_equal(np.concatenate(batches), indices)
+    assert all(len(b) * lengths[b].max() <= max_tokens for b in batches)
+    assert all(len(b) % 8 == 0 for b in batches[:-1])
