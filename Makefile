@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (docs/design.md, "Environment")
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup test test-slow demo bench clean gpu-check
+.PHONY: setup lint test test-slow demo bench clean gpu-check
 
 setup: $(VENV)/.installed
 
@@ -15,13 +15,20 @@ $(VENV)/.installed: setup.py requirements.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q '$(TORCH)' 'numpy<2' cython
-	$(PY) -m pip install -q --no-deps '$(FAIRSEQ)'
 	$(PY) -m pip install -q -r requirements.txt
+	# fairseq last and without its dependencies (requirements.txt has those it needs; not torchaudio, which
+	# it lists but this project never uses): installed before, pip would list it as a broken dependency
+	# of every later install ("ERROR: ... ve-fairseq requires torchaudio"); --no-deps skips that check
+	$(PY) -m pip install -q --no-deps '$(FAIRSEQ)'
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	$(PY) -c "import torch, fairseq, fairseq_eva; print('torch', torch.__version__, '| fairseq', fairseq.__version__)"
 	touch $@
 
-test: setup
+# ruff's settings: ruff.toml
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-slow: setup

@@ -55,7 +55,9 @@ def input_sets(args):
     if "random" in args.inputs:
         g = torch.Generator().manual_seed(args.seed)
         shape = (1, args.heads, args.length, 64)
-        sets["random"] = [tuple(torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(3)) for _ in range(args.random_draws)]
+        sets["random"] = [
+            tuple(torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(3)) for _ in range(args.random_draws)
+        ]
     if "model" in args.inputs:
         model = tiny_lm.trained(args.lm_cache, args.lm_steps, seq_len=args.length, seed=args.seed)
         sets["model"] = tiny_lm.validation_qkv(model, args.length)
@@ -156,7 +158,8 @@ def main(argv=None):
             shape = f"|E|={r.get('window', '-')} C={r.get('chunks', '-')}" if r["mechanism"] == "eva" else ""
             print(f"{name:6s} {'causal' if r['causal'] else 'bidir':6s} {r['mechanism']:14s} {shape:18s} {r['error']:.4f}")
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    common.write_json(args.json, {"benchmark": "approximation", "command": "python -m benchmarks.approximation " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.approximation " + " ".join(sys.argv[1:] if argv is None else argv)
+    common.write_json(args.json, {"benchmark": "approximation", "command": command,
                                   "machine": info, "settings": settings, "results": results})
     if args.plot:
         plot(results, args, args.plot)

@@ -34,7 +34,8 @@ class ProjectedAttention(nn.Module):
 
     def forward(self, x):
         B, N, D = x.shape
-        q, k, v = (p(x).view(B, N, self.num_heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        q, k, v = (p(x).view(B, N, self.num_heads, self.head_dim).transpose(1, 2) for p in projections)
         return self.out_proj(self.attention(q, k, v).transpose(1, 2).reshape(B, N, D))
 
 

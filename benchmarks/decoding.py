@@ -38,7 +38,8 @@ class SoftmaxKV(nn.Module):
 
     def forward(self, x, cache):
         B, T, D = x.shape  # T = 1
-        q, k, v = (p(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        q, k, v = (p(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for p in projections)
         if self.preallocate:
             if "k" not in cache:
                 cache["k"], cache["v"] = (x.new_zeros(B, self.num_heads, self.preallocate, self.head_dim) for _ in range(2))
@@ -109,19 +110,24 @@ def main(argv=None):
                 for c in timing:
                     measured[c][name].append(timer() - start)
                     total_bytes, chunk_bytes = cache_bytes(caches[name])
-                    sizes[c][name] = [max(a, b) for a, b in zip(sizes[c][name], (total_bytes, chunk_bytes, total_bytes - chunk_bytes))]
+                    new = (total_bytes, chunk_bytes, total_bytes - chunk_bytes)
+                    sizes[c][name] = [max(a, b) for a, b in zip(sizes[c][name], new)]
     rows = []
     for c in args.contexts:
         for name in decoders:
             times = measured[c][name]
             total_bytes, chunk_bytes, local_bytes = sizes[c][name]
-            rows.append(dict(context=c, mechanism=name, latency_mean_s=statistics.mean(times), latency_median_s=statistics.median(times),
+            rows.append(dict(context=c, mechanism=name, latency_mean_s=statistics.mean(times),
+                             latency_median_s=statistics.median(times),
                              cache_bytes=total_bytes, chunk_summary_bytes=chunk_bytes, local_bytes=local_bytes))
-            print(f"context {c:6d} {name:15s} {1e3 * rows[-1]['latency_mean_s']:7.3f} ms/token (median {1e3 * rows[-1]['latency_median_s']:7.3f})"
-                  f"  cache {total_bytes / 2**20:8.2f} MiB (chunk summaries {chunk_bytes / 2**20:.2f}, rest {local_bytes / 2**20:.2f})", flush=True)
+            mean_ms, median_ms = 1e3 * rows[-1]["latency_mean_s"], 1e3 * rows[-1]["latency_median_s"]
+            print(f"context {c:6d} {name:15s} {mean_ms:7.3f} ms/token (median {median_ms:7.3f})"
+                  f"  cache {total_bytes / 2**20:8.2f} MiB (chunk summaries {chunk_bytes / 2**20:.2f},"
+                  f" rest {local_bytes / 2**20:.2f})", flush=True)
     info["load_average_at_end"] = common.machine(device)["load_average_at_start"]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    common.write_json(args.json, {"benchmark": "decoding", "command": "python -m benchmarks.decoding " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.decoding " + " ".join(sys.argv[1:] if argv is None else argv)
+    common.write_json(args.json, {"benchmark": "decoding", "command": command,
                                   "machine": info, "settings": settings, "results": rows})
     if args.plot:
         plot(rows, args.plot)

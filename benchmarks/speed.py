@@ -86,10 +86,12 @@ def measure_length(args, N, device, dtype):
     grad_heads = torch.randn(B, N, H, D // H, device=device, dtype=dtype).transpose(1, 2)
 
     layer_times = common.time_interleaved(
-        {name: layer_call(layer, x, grad) for name, layer in layers.items()}, device, args.repeats, args.min_time, args.budget, common.clock(args.clock)
+        {name: layer_call(layer, x, grad) for name, layer in layers.items()}, device, args.repeats, args.min_time, args.budget,
+        common.clock(args.clock),
     )
     attention_times = common.time_interleaved(
-        {name: attention_call(layers[name], q, k, v, grad_heads) for name in names}, device, args.repeats, args.min_time, args.budget,
+        {name: attention_call(layers[name], q, k, v, grad_heads) for name in names}, device, args.repeats, args.min_time,
+        args.budget,
         common.clock(args.clock),
     )
     rows = []
@@ -213,7 +215,8 @@ def main(argv=None):
     speedups = ratios(rows)
     info["load_average_at_end"] = common.machine(device)["load_average_at_start"]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    common.write_json(args.json, {"benchmark": "speed", "command": "python -m benchmarks.speed " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.speed " + " ".join(sys.argv[1:] if argv is None else argv)
+    common.write_json(args.json, {"benchmark": "speed", "command": command,
                                   "machine": info, "settings": settings, "results": rows, "speedups": speedups,
                                   "targets": targets(speedups, rows)})
     if args.plot:

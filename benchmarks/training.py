@@ -61,7 +61,8 @@ def build(fairseq_args, data_dir):
     import fairseq_eva  # noqa: F401  (registers the models)
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [data_dir, "--user-dir", os.path.join(REPO, "fairseq_eva"), "--cpu", *fairseq_args])
+    user_dir = os.path.join(REPO, "fairseq_eva")
+    args = options.parse_args_and_arch(parser, [data_dir, "--user-dir", user_dir, "--cpu", *fairseq_args])
     task = tasks.setup_task(args)
     model, criterion = task.build_model(args), task.build_criterion(args)
     return model, criterion
@@ -86,7 +87,8 @@ def translation_setups(args, tmp):
     common_args = ["--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer_eva_tiny", "--share-all-embeddings",
                    "--dropout", "0.1", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                    "--max-source-positions", "4096", "--max-target-positions", "4096"]
-    return {"translation": ([*common_args, "--encoder-attention", "eva"], [*common_args, "--encoder-attention", "softmax"], samples)}
+    eva, softmax = ([*common_args, "--encoder-attention", kind] for kind in ("eva", "softmax"))
+    return {"translation": (eva, softmax, samples)}
 
 
 def lm_setups(args, tmp):
@@ -105,7 +107,8 @@ def lm_setups(args, tmp):
                             "net_input": {"src_tokens": block[:, :-1].contiguous(), "src_lengths": torch.full((B,), T)}})
         common_args = ["--task", "language_modeling", "--arch", "transformer_lm_eva_tiny", "--tokens-per-sample", str(T),
                        "--share-decoder-input-output-embed", "--dropout", "0.1", "--criterion", "cross_entropy"]
-        setups[f"lm-{T}"] = ([*common_args, "--decoder-attention", "eva"], [*common_args, "--decoder-attention", "softmax"], samples)
+        eva, softmax = ([*common_args, "--decoder-attention", kind] for kind in ("eva", "softmax"))
+        setups[f"lm-{T}"] = (eva, softmax, samples)
     return setups
 
 
@@ -145,11 +148,14 @@ def main(argv=None):
                 tokens = statistics.mean(s["ntokens"] for s in samples[3:])
                 for attention, ts in times.items():
                     step = statistics.median(ts)
-                    rows.append(dict(setting=name, attention=attention, step_s=step, tokens_per_step=tokens, tokens_per_s=tokens / step, step_samples=ts))
-                    print(f"{name:12s} {attention:8s} {tokens / step:9.0f} target tokens/s  (median step {step:.3f} s, {tokens:.0f} tokens)", flush=True)
+                    rows.append(dict(setting=name, attention=attention, step_s=step, tokens_per_step=tokens,
+                                     tokens_per_s=tokens / step, step_samples=ts))
+                    print(f"{name:12s} {attention:8s} {tokens / step:9.0f} target tokens/s"
+                          f"  (median step {step:.3f} s, {tokens:.0f} tokens)", flush=True)
     info["load_average_at_end"] = common.machine(torch.device("cpu"))["load_average_at_start"]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    common.write_json(args.json, {"benchmark": "training", "command": "python -m benchmarks.training " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python -m benchmarks.training " + " ".join(sys.argv[1:] if argv is None else argv)
+    common.write_json(args.json, {"benchmark": "training", "command": command,
                                   "machine": info, "settings": settings, "results": rows})
     if args.plot:
         plot(rows, args.plot)

@@ -2,8 +2,10 @@
 
 The attention core (`fairseq_eva.attention`) is plain PyTorch. When fairseq is importable, importing
 the package also registers the models and architectures with fairseq and the few types that fairseq
-checkpoints hold with torch's weights-only unpickler, and makes fairseq's checkpoint copies atomic
-(see `checkpoint_safety`).
+checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
+what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
+(see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`) and
+copy checkpoints atomically (see `checkpoint_safety`).
 """
 
 import importlib.util
@@ -11,7 +13,10 @@ import importlib.util
 from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
-    from . import checkpoint_safety  # (registers the safe globals on import)
+    # on import: checkpoint_safety registers the safe globals, models the models and architectures,
+    # batching makes fairseq keep the last batch of an evaluation set
+    from . import batching, checkpoint_safety, models  # noqa: F401
+    from .errors import report_user_errors
 
     checkpoint_safety.make_copies_atomic()
-    from . import models  # noqa: F401  (registers the models and architectures)
+    report_user_errors()  # a bad option or file stops a fairseq tool with one line, as argparse's errors do

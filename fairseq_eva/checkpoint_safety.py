@@ -1,36 +1,108 @@
-"""Loading fairseq checkpoints with torch's weights-only unpickler, and writing them atomically.
+"""Loading fairseq checkpoints with torch's weights-only unpickler, clear errors for other files, and
+atomic checkpoint copies.
 
 torch >= 2.6 loads with `weights_only=True` by default, and fairseq 0.12.x calls `torch.load` without
 `weights_only`, so its checkpoints must consist of types that the restricted unpickler accepts.
 Besides tensors and plain containers, a fairseq checkpoint of this plugin's models holds only
 `argparse.Namespace` (the configuration of legacy, argparse-configured models): that one type is
 registered here. Nothing falls back to unrestricted unpickling: a checkpoint holding any other object
-is refused with `pickle.UnpicklingError`.
+is refused.
+
+A file that is not a fairseq checkpoint (or holds such an object) raises `CheckpointError`, which says so
+and names the file, instead of torch's message, which suggests loading with `weights_only=False` (that
+would run whatever code the file holds). `register` also makes fairseq's own loader
+(`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate, fairseq-eval-lm, the hub, ...) raise it.
 
 fairseq writes the first checkpoint of a save atomically (a temporary file renamed into place) but
 copies it to the others (checkpoint_last.pt, checkpoint_best.pt) with a plain file copy: a run killed
-during the copy leaves a truncated checkpoint_last.pt, which is what a restarted run loads. Importing
-the plugin makes fairseq's copy of local files atomic as well (`atomic_copy`).
+during the copy leaves a truncated checkpoint_last.pt, which is what a restarted run loads.
+`make_copies_atomic` makes fairseq's copy of local files atomic as well (`atomic_copy`).
 """
 
 import argparse
+import functools
 import os
+import pickle
+import re
 import shutil
 
 import torch
 
+from .errors import UserError
+
 SAFE_GLOBALS = (argparse.Namespace,)
+
+# What torch.load (and fairseq's upgrade of the state it read) raises for a file that is not a checkpoint:
+# text or random bytes (UnpicklingError, KeyError), an empty or truncated file (EOFError, RuntimeError), a
+# tensor or a list (RuntimeError, TypeError), a dict without fairseq's keys (KeyError).
+NOT_A_CHECKPOINT = (pickle.UnpicklingError, EOFError, KeyError, RuntimeError, TypeError, AttributeError)
+
+
+class CheckpointError(UserError, pickle.UnpicklingError):
+    """A file that is not a fairseq checkpoint, or one holding objects that a weights-only load refuses."""
+
+
+def _first_sentence(text):
+    return " ".join(text.split()).split(". ")[0].rstrip(".")
+
+
+def not_a_checkpoint(path, error):
+    """CheckpointError saying why torch.load (or fairseq's reading of what it loaded) failed, without torch's
+    advice to load with weights_only=False."""
+    text = str(error)
+    if text.startswith("Weights only load failed"):
+        # torch's paragraphs: its advice, then what it refused (after "WeightsUnpickler error:", or alone)
+        found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
+        details = [found.group(1)] if found else [
+            p for p in re.split(r"\n\s*\n", text)[1:] if p.strip() and not p.strip().startswith("Check the")]
+        detail = _first_sentence(details[0]) if details else "unknown"
+        reason = (f"it holds what a weights-only load refuses: {detail}; checkpoints are only loaded weights-only, "
+                  "and fairseq's hold only tensors, plain containers and argparse.Namespace")
+    elif isinstance(error, (pickle.UnpicklingError, EOFError, KeyError)):
+        reason = "not a file that torch.save wrote"
+    else:
+        reason = f"{type(error).__name__}: {_first_sentence(str(error))}"
+    return CheckpointError(f"{path} is not a fairseq checkpoint ({reason})")
+
+
+def load(path):
+    """torch.load(path, weights_only=True) of a fairseq checkpoint (a dict with a 'model' state dict);
+    CheckpointError naming the file otherwise."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except NOT_A_CHECKPOINT as error:
+        raise not_a_checkpoint(path, error) from error
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' state dict in it)")
+    return state
+
+
+def _clear_errors(load_checkpoint_to_cpu):
+    @functools.wraps(load_checkpoint_to_cpu)
+    def wrapper(path, *args, **kwargs):
+        try:
+            return load_checkpoint_to_cpu(path, *args, **kwargs)
+        except CheckpointError:
+            raise
+        except NOT_A_CHECKPOINT as error:
+            raise not_a_checkpoint(path, error) from error
+
+    wrapper.gives_clear_errors = True
+    return wrapper
 
 
 def register():
-    """Allow the types that fairseq checkpoints need (idempotent)."""
+    """Allow the types that fairseq checkpoints need, and clear errors from fairseq's loader (idempotent)."""
     add = getattr(torch.serialization, "add_safe_globals", None)
-    if add is None:  # torch < 2.4 has no weights-only default to satisfy
-        return
-    known = set(torch.serialization.get_safe_globals()) if hasattr(torch.serialization, "get_safe_globals") else set()
-    missing = [t for t in SAFE_GLOBALS if t not in known]
-    if missing:
-        add(missing)
+    if add is not None:  # torch < 2.4 has no weights-only default to satisfy
+        known = set(torch.serialization.get_safe_globals()) if hasattr(torch.serialization, "get_safe_globals") else set()
+        missing = [t for t in SAFE_GLOBALS if t not in known]
+        if missing:
+            add(missing)
+    from fairseq import checkpoint_utils
+
+    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "gives_clear_errors", False):
+        checkpoint_utils.load_checkpoint_to_cpu = _clear_errors(checkpoint_utils.load_checkpoint_to_cpu)
 
 
 def atomic_copy(src_path, dst_path, overwrite=False):

@@ -10,14 +10,15 @@ scripts/average_checkpoints.py, which the pip packages do not ship).
     # explicit files
     python scripts/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
 
-Every checkpoint must hold the same parameter names with the same shapes and dtypes, or nothing is
+Every checkpoint must be of the same model: the same architecture and EVA options (as far as the
+checkpoints record them) and the same parameter names with the same shapes and dtypes, or nothing is
 written. Floating-point parameters are summed and divided in float64 and stored in their own dtype;
 other tensors (integer buffers) are taken from the first checkpoint (the newest, with --num-*), as is
-everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same folder and renamed into
-place, so that a failure leaves no partial file and an existing output untouched.
+everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same
+folder and renamed into place, so that a failure leaves no partial file and an existing output untouched.
 
-Checkpoints are read with torch.load(weights_only=True): fairseq_eva registers the types fairseq
-checkpoints hold (argparse.Namespace, ...) as safe globals when it is imported.
+Checkpoints are read with torch.load(weights_only=True) (fairseq_eva.checkpoint_safety): a file that is
+not a fairseq checkpoint is refused by name, and nothing else is ever unpickled.
 """
 
 import argparse
@@ -29,10 +30,7 @@ import tempfile
 
 import torch
 
-try:  # registers the safe globals that fairseq checkpoints need (docs/design.md, "fairseq integration")
-    import fairseq_eva  # noqa: F401
-except ImportError:  # plain state dicts still load
-    pass
+from fairseq_eva import checkpoint_safety
 
 
 class AverageError(RuntimeError):
@@ -59,9 +57,34 @@ def load(path):
     if not os.path.isfile(path):
         raise AverageError(f"no checkpoint {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - report which file and why
-        raise AverageError(f"cannot load {path}: {e}") from e
+        return checkpoint_safety.load(path)
+    except checkpoint_safety.CheckpointError as e:
+        raise AverageError(str(e)) from e
+
+
+def model_options(state):
+    """The architecture, attention kinds and EVA options a checkpoint records ({} for a bare state dict)."""
+    cfg = state.get("cfg")
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    if model is None:
+        model = state.get("args")  # checkpoints of older fairseq versions
+    if model is None:
+        return {}
+    items = vars(model) if isinstance(model, argparse.Namespace) else dict(model)
+    options = {"architecture": items.get("arch", items.get("_name"))}
+    for name, value in sorted(items.items()):
+        if name.startswith("eva_") or name in ("encoder_attention", "decoder_attention"):
+            options[name] = value
+    return options
+
+
+def check_same_model(options, path, ref_options, ref_path):
+    differ = [k for k in sorted(set(options) | set(ref_options)) if options.get(k) != ref_options.get(k)]
+    if differ:
+        raise AverageError(
+            f"{path} and {ref_path} are different models: "
+            + ", ".join(f"{k} {options.get(k, 'unset')} vs {ref_options.get(k, 'unset')}" for k in differ)
+        )
 
 
 def average_checkpoints(paths):
@@ -72,14 +95,13 @@ def average_checkpoints(paths):
     sums = collections.OrderedDict()
     for i, path in enumerate(paths):
         state = load(path)
-        if not isinstance(state, dict) or "model" not in state:
-            raise AverageError(f"{path} holds no 'model' state dict")
         model = state["model"]
         if base is None:
             base = state
             ref = {k: (tuple(v.shape), v.dtype) for k, v in model.items()}
-            ref_path = path
+            ref_path, ref_options = path, model_options(state)
         else:
+            check_same_model(model_options(state), path, ref_options, ref_path)
             if set(model) != set(ref):
                 missing, extra = sorted(set(ref) - set(model)), sorted(set(model) - set(ref))
                 raise AverageError(

@@ -29,6 +29,7 @@ Environment (default):
   DEMO_LM_CONTEXTS    eval-lm context windows ("0 64 112": 0, 256 and 480 of 512 scaled to 128)
   NGPUS               0 (the demo runs on the CPU; set it to use GPUs)
   OMP_NUM_THREADS     threads per process (1)
+  DEMO_PROGRESS       seconds between the progress lines of the running jobs (15)
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
@@ -63,6 +64,7 @@ banner() { echo; echo "################ [$1] $2   (+$((SECONDS - START)) s)"; }
 # records, results) are echoed; on failure, the end of LOG is shown
 run_quiet() {
     local log=$1; shift
+    echo "  log: $log"
     if ! "$@" > "$log" 2>&1; then
         tail -n 30 "$log" >&2
         die "failed: $* (full log: $log)"
@@ -99,16 +101,38 @@ run_quiet "$OUT/logs/prep_lm.log" env WORK="$OUT/work/lm" DEST="$OUT/data-bin/lm
     bash "$ROOT/data_prep/prepare_wikitext103.sh" --raw "$OUT/sample/doc_en"
 follow "$OUT/logs/prep_lm.log"
 
-pids=()
-job() {  # job NAME CMD...: run in the background, output in logs/NAME.log
-    local name=$1; shift
+PROGRESS=${DEMO_PROGRESS:-15}
+declare -A JOBS GOALS  # name -> pid, name -> what it does and how far it goes
+job() {  # job NAME GOAL CMD...: run in the background, output in logs/NAME.log
+    local name=$1 goal=$2; shift 2
+    echo "  started $name: $goal"
     run_quiet "$OUT/logs/$name.log" "$@" &
-    pids+=($!)
+    JOBS[$name]=$!
+    GOALS[$name]=$goal
 }
-wait_jobs() {
-    local pid failed=0
-    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
-    pids=()
+progress() {  # progress NAME: the last epoch and update of a training log, else its last step
+    local log=$OUT/logs/$1.log line
+    line=$(grep -E '\]\[train_inner\]|\]\[valid\]' "$log" 2>/dev/null | tail -n 1 \
+        | sed -nE 's/.*"epoch": ([0-9]+).*"num_updates": "([0-9]+)".*/epoch \1, update \2/p')
+    [[ -n $line ]] || line=$(grep -E '^==>' "$log" 2>/dev/null | tail -n 1)
+    echo "${line:-starting}"
+}
+wait_jobs() {  # wait for the jobs, printing a progress line for each running one every PROGRESS seconds
+    local name failed=0 ticks=0 running
+    while :; do
+        running=()
+        for name in "${!JOBS[@]}"; do kill -0 "${JOBS[$name]}" 2>/dev/null && running+=("$name"); done
+        ((${#running[@]})) || break
+        if ((ticks > 0 && ticks % PROGRESS == 0)); then
+            for name in "${running[@]}"; do
+                echo "  [+$((SECONDS - START)) s] $name: $(progress "$name")  (${GOALS[$name]})"
+            done
+        fi
+        sleep 1
+        ticks=$((ticks + 1))
+    done
+    for name in "${!JOBS[@]}"; do wait "${JOBS[$name]}" || failed=1; done
+    JOBS=()
     ((failed == 0)) || die "a job failed (logs in $OUT/logs)"
 }
 
@@ -119,7 +143,7 @@ MT_TINY=(model._name=transformer_eva_tiny "optimization.max_epoch=$MT_EPOCHS" "o
     dataset.num_workers=0)
 train_mt() {  # train_mt NAME VARIANT overrides...
     local name=$1 variant=$2; shift 2
-    job "train_$name" env DATA="$OUT/data-bin/mt" SAVE_DIR="$OUT/checkpoints/$name" \
+    job "train_$name" "$MT_EPOCHS epochs of configs/wmt14_en_de_$variant.yaml, tiny" env DATA="$OUT/data-bin/mt" SAVE_DIR="$OUT/checkpoints/$name" \
         MAX_TOKENS="$MT_MAX_TOKENS" TOTAL_TOKENS="$MT_MAX_TOKENS" \
         bash "$ROOT/scripts/train_wmt14.sh" "$variant" "${MT_TINY[@]}" "$@"
 }
@@ -133,16 +157,17 @@ banner 4/6 "average the last $N_AVG checkpoints, beam search (beam 4, lenpen 0.6
 eval_mt() {
     local name
     for name in mt_eva mt_softmax; do
+        echo "==> $name: scripts/eval_wmt14.sh, log $OUT/logs/eval_$name.log"
         env DATA="$OUT/data-bin/mt" N_AVG="$N_AVG" bash "$ROOT/scripts/eval_wmt14.sh" "$OUT/checkpoints/$name" \
             > "$OUT/logs/eval_$name.log" 2>&1 || { tail -n 30 "$OUT/logs/eval_$name.log"; return 1; }
     done
 }
-job eval_mt eval_mt
+job eval_mt "average, beam search and BLEU of mt_eva, then mt_softmax" eval_mt
 # the paper's adaptive-input architecture, shrunk: 2 layers of 64 units, adaptive cutoffs for a small vocabulary;
 # causal EVA with abs(E) = 16 and chunks of 4
 VOCAB=$(wc -l < "$OUT/data-bin/lm/dict.txt")
 CUTOFFS="$((VOCAB / 6)),$((VOCAB / 2))"
-job train_lm_eva env DATA="$OUT/data-bin/lm" SAVE_DIR="$OUT/checkpoints/lm_eva" \
+job train_lm_eva "$LM_UPDATES updates of configs/wikitext103_eva_16l.yaml, tiny" env DATA="$OUT/data-bin/lm" SAVE_DIR="$OUT/checkpoints/lm_eva" \
     MAX_TOKENS="$LM_MAX_TOKENS" TOTAL_TOKENS="$LM_MAX_TOKENS" \
     bash "$ROOT/scripts/train_wikitext103.sh" eva_16l "optimization.max_update=$LM_UPDATES" \
     "task.tokens_per_sample=$LM_LENGTH" +model.decoder_layers=2 +model.decoder_embed_dim=64 +model.decoder_input_dim=64 \

@@ -36,24 +36,32 @@ need_checkpoint "$CKPT"
 mkdir -p "$OUT"
 cpu=(); [[ $(count_gpus) == 0 ]] && cpu=(--cpu)
 
+for ctx in $CONTEXTS; do
+    (( ctx < TOKENS_PER_SAMPLE )) || die "context window $ctx must be below TOKENS_PER_SAMPLE $TOKENS_PER_SAMPLE"
+done
+
+# The table and the logs are written to a temporary folder and moved into OUT when every evaluation has
+# succeeded; a failure shows the end of the failing log and leaves nothing behind.
 TABLE=$OUT/ppl.tsv
-printf 'subset\tcontext\tloss_base2\tppl\n' > "$TABLE.tmp"
+TMP=$(mktemp -d "$OUT/.eval_lm.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+printf 'subset\tcontext\tloss_base2\tppl\n' > "$TMP/ppl.tsv"
 for subset in $SUBSETS; do
     for ctx in $CONTEXTS; do
-        (( ctx < TOKENS_PER_SAMPLE )) || die "context window $ctx must be below TOKENS_PER_SAMPLE $TOKENS_PER_SAMPLE"
-        step "fairseq-eval-lm $subset, context window $ctx"
-        log=$OUT/eval_lm.$subset.ctx$ctx.log
+        log=eval_lm.$subset.ctx$ctx.log
+        step "fairseq-eval-lm $subset, context window $ctx (log: $OUT/$log)"
         fairseq-eval-lm "$DATA" --user-dir "$USER_DIR" --path "$CKPT" --gen-subset "$subset" \
             --tokens-per-sample "$TOKENS_PER_SAMPLE" --context-window "$ctx" --batch-size "$BATCH_SIZE" \
-            --softmax-batch 1024 --required-batch-size-multiple 1 "${cpu[@]}" 2>&1 | tee "$log" | grep -E 'Evaluated|Loss \(base 2\)' || true
-        line=$(grep -o 'Loss (base 2): [0-9.]*, Perplexity: [0-9.]*' "$log" | tail -n 1) \
-            || die "fairseq-eval-lm failed; see $log"
+            --softmax-batch 1024 --required-batch-size-multiple 1 "${cpu[@]}" 2>&1 | tee "$TMP/$log" | grep -E 'Evaluated|Loss \(base 2\)' || true
+        line=$(grep -o 'Loss (base 2): [0-9.]*, Perplexity: [0-9.]*' "$TMP/$log" | tail -n 1) \
+            || { tail -n 20 "$TMP/$log" >&2; die "fairseq-eval-lm failed on $subset, context window $ctx (its output is above)"; }
         loss=$(sed -E 's/.*base 2\): ([0-9.]+),.*/\1/' <<< "$line")
         ppl=$(sed -E 's/.*Perplexity: ([0-9.]+)/\1/' <<< "$line")
-        printf '%s\t%s\t%s\t%s\n' "$subset" "$ctx" "$loss" "$ppl" >> "$TABLE.tmp"
+        printf '%s\t%s\t%s\t%s\n' "$subset" "$ctx" "$loss" "$ppl" >> "$TMP/ppl.tsv"
     done
 done
-mv "$TABLE.tmp" "$TABLE"
+mv "$TMP"/eval_lm.*.log "$OUT"/
+mv "$TMP/ppl.tsv" "$TABLE"
 echo
 column -t -s $'\t' "$TABLE" 2>/dev/null || cat "$TABLE"
 echo "results: $TABLE"

@@ -9,15 +9,33 @@
 #   language model (doc_en):        test perplexity of fairseq-eval-lm, context window 0 and 64
 #                                   (transformer_lm_eva_tiny: EVA vs --decoder-attention softmax)
 # A small CPU job (about 10 minutes on 2 cores); not a test. Results go to WORK/results.mt-lm.md.
-#
-# Usage: scripts/sample_learning.sh [WORK]        (default WORK: /tmp/fairseq_eva_sample_learning)
-# Environment: MT_UPDATES (300), LM_UPDATES (300), VOCAB (2000), TASKS ("mt lm"), PYTHON (the .venv's python)
-# Run again in the same WORK with more updates, and training continues from the checkpoints there
-# (fairseq-train resumes from checkpoint_last.pt): e.g. TASKS=mt MT_UPDATES=700 after a first run.
 set -euo pipefail
 
+usage() {
+    cat <<USAGE
+usage: $0 WORK
+
+Trains the tiny EVA and softmax models on the bundled sample (data/sample) for the same number of updates
+and compares them: translation (sacreBLEU, beam 4) and language model (test perplexity, context windows
+0 and 64). A CPU job of about 10 minutes on 2 cores; everything goes to the folder WORK, the table to
+WORK/results.mt-lm.md. Run it again in the same WORK with more updates, and training continues from the
+checkpoints there (fairseq-train resumes from checkpoint_last.pt): e.g. TASKS=mt MT_UPDATES=700 after a
+first run.
+
+Environment (default):
+  MT_UPDATES  translation updates (300)
+  LM_UPDATES  language-model updates (300)
+  VOCAB       sentencepiece pieces (2000)
+  TASKS       what to run ("mt lm")
+  PYTHON      the python whose fairseq tools run it (.venv/bin/python)
+USAGE
+}
+[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+(($# == 1)) || { usage >&2; echo "error: give the WORK folder (e.g. /tmp/fairseq_eva_sample_learning)" >&2; exit 1; }
+[[ $1 != -* ]] || { usage >&2; echo "error: unknown option $1" >&2; exit 1; }
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=${1:-/tmp/fairseq_eva_sample_learning}
+WORK=$1
 PY=${PYTHON:-$REPO/.venv/bin/python}
 BIN=$(dirname "$PY")
 TASKS=${TASKS:-mt lm}

@@ -20,13 +20,7 @@ TOL = dict(atol=1e-6, rtol=0)
 # ------------------------------------------------------------------------------------------ helpers
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: intra-op threads only add overhead here, and spin badly on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make(embed=16, heads=2, seed=0, dtype=F64, train=False, **options):
@@ -108,7 +102,7 @@ def reference_eva(mod, x, noise=None):
     noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu).
     """
     L = x.size(0)
-    H, d = mod.num_heads, mod.head_dim
+    d = mod.head_dim
     q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
     scale = 1 / math.sqrt(d)
     if mod.causal:

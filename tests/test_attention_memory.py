@@ -12,40 +12,21 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.common import peak_memory
 from fairseq_eva.attention import EVAAttention
 
 EMBED, HEADS = 256, 4
 RATIO = 2.3  # doubling N may at most multiply peak memory by this
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: much faster on a shared 2-core machine (threads spin), and allocations that do not
-    depend on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def peak_bytes(fn):
     """Peak of live CPU-allocator bytes while fn runs, above what was live before it started."""
-    try:
-        from torch._C._profiler import _EventType
-    except ImportError:  # pragma: no cover - private API of the pinned torch
-        pytest.skip("torch._C._profiler._EventType is not available in this torch build")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    allocations, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        event = stack.pop()
-        stack.extend(event.children)
-        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            allocations.append((event.start_time_ns, event.extra_fields.alloc_size, event.extra_fields.total_allocated))
-    assert len(allocations) > 10, "the profiler recorded no allocations"
-    allocations.sort(key=lambda a: a[0])
-    _, first_size, first_total = allocations[0]
-    return max(total for _, _, total in allocations) - (first_total - first_size)
+    peak = peak_memory(fn, torch.device("cpu"))
+    assert peak > 0, "the profiler recorded no allocations"
+    return peak
 
 
 def forward_backward(module, N, seed=0):

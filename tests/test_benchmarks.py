@@ -34,7 +34,8 @@ def test_speed(tmp_path):
 
 
 def test_approximation(tmp_path):
-    data = run(approximation, tmp_path, "--length", "64", "--windows", "8", "16", "64", "--chunks", "0", "4", "--causal-windows", "8",
+    data = run(approximation, tmp_path, "--length", "64", "--windows", "8", "16", "64", "--chunks", "0", "4",
+               "--causal-windows", "8",
                "--chunk-sizes", "0", "2", "--features", "16", "--performer-seeds", "1", "--random-draws", "1",
                "--lm-steps", "2", "--lm-cache", str(tmp_path / "lm"))
     assert set(data["results"]) == {"random", "model"}
@@ -64,7 +65,8 @@ def test_decoding(tmp_path):
 
 def test_training(tmp_path):
     pytest.importorskip("fairseq")
-    data = run(training, tmp_path, "--steps", "1", "--max-lines", "60", "--max-tokens", "256", "--lm-lengths", "32", "--vocab", "200")
+    data = run(training, tmp_path, "--steps", "1", "--max-lines", "60", "--max-tokens", "256", "--lm-lengths", "32",
+               "--vocab", "200")
     rows = {(r["setting"], r["attention"]): r for r in data["results"]}
     assert set(rows) == {(s, a) for s in ("translation", "lm-32") for a in ("eva", "softmax")}
     assert all(r["tokens_per_s"] > 0 and r["tokens_per_step"] > 0 for r in rows.values())

@@ -116,10 +116,9 @@ def dicts(tmp_path_factory):
 def compose(name, overrides):
     """What fairseq-hydra-train does before training: hydra composition, fairseq's defaults, a plain
     struct config."""
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
 
     hydra_init(name)
     with initialize_config_dir(config_dir=CONFIGS, version_base="1.1"):
@@ -132,8 +131,9 @@ def compose(name, overrides):
 
 @pytest.mark.parametrize("name", ALL)
 def test_config_builds_its_model(name, dicts):
-    import fairseq_eva  # noqa: F401  (registers the models)
     from fairseq import tasks
+
+    import fairseq_eva  # noqa: F401  (registers the models)
 
     family = name.split("_")[0]
     cfg = compose(name, [f"task.data={dicts}", *TINY[family]])

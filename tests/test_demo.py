@@ -12,7 +12,7 @@ BIN = os.path.dirname(sys.executable)
 SMALL = {
     "DEMO_TRAIN_LINES": "600", "DEMO_EVAL_LINES": "24", "DEMO_BPE_TOKENS": "200", "DEMO_MT_EPOCHS": "2",
     "DEMO_MT_MAX_TOKENS": "1024", "DEMO_N_AVG": "2", "DEMO_LM_UPDATES": "6", "DEMO_LM_MAX_TOKENS": "1024",
-    "DEMO_LM_LENGTH": "64", "DEMO_LM_CONTEXTS": "0 32",
+    "DEMO_LM_LENGTH": "64", "DEMO_LM_CONTEXTS": "0 32", "DEMO_PROGRESS": "2",
 }
 
 
@@ -29,6 +29,13 @@ def test_demo_small(tmp_path):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     headers = re.findall(r"^################ \[(\d)/6\]", r.stdout, re.M)
     assert headers == ["1", "2", "3", "4", "5", "6"]
+    # live progress: each job and log as it starts, then where the running jobs are
+    for name in ("train_mt_eva", "train_mt_softmax", "eval_mt", "train_lm_eva"):
+        assert re.search(rf"^  started {name}: ", r.stdout, re.M), name
+    assert f"  log: {out}/logs/train_mt_eva.log" in r.stdout
+    progress = re.findall(r"^  \[\+\d+ s\] train_mt_eva: (.+)  \(2 epochs of configs/wmt14_en_de_eva32.yaml, tiny\)$",
+                          r.stdout, re.M)
+    assert progress and all(re.fullmatch(r"epoch \d+, update \d+|==> .*|starting", p) for p in progress), progress
     table = (out / "results.md").read_text()
     assert table in r.stdout.replace("\r", "") or table.splitlines()[2] in r.stdout
     rows = [line for line in table.splitlines() if line.startswith("| EVA") or line.startswith("| softmax")]

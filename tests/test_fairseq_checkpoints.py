@@ -4,6 +4,7 @@ own loading path, and a checkpoint holding any other pickled object is refused: 
 import argparse
 import os
 import pickle
+import re
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ pytest.importorskip("fairseq")
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the safe globals)
-from fairseq_eva.checkpoint_safety import SAFE_GLOBALS  # noqa: E402
+from fairseq_eva.checkpoint_safety import SAFE_GLOBALS, CheckpointError  # noqa: E402
 from fairseq_helpers import USER_DIR, lm_data, run  # noqa: E402
 
 
@@ -64,9 +65,25 @@ def test_a_checkpoint_with_a_pickled_object_is_refused(tmp_path, make):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
     torch.save(checkpoint(payload=make(marker)), path)
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(pickle.UnpicklingError) as error:  # a CheckpointError
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert re.match(f"{path} is not a fairseq checkpoint \\(it holds what a weights-only load refuses: .*GLOBAL "
+                    f"({__name__}.{type(make(marker)).__name__}|posix.system)", str(error.value))
+    assert "weights_only=False" not in str(error.value) and "`False`" not in str(error.value)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint\n", b"", [1, 2], {"a": torch.zeros(1)}],
+                         ids=["text", "empty", "list", "dict"])
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, content):
+    path = tmp_path / "notes.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        torch.save(content, path)
+    with pytest.raises(CheckpointError, match=f"^{path} is not a fairseq checkpoint \\(") as error:
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert "weights_only" not in str(error.value)
 
 
 def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
@@ -74,7 +91,11 @@ def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
     torch.save(checkpoint(payload=RunsCode(marker)), path)
-    proc = run("fairseq-eval-lm", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", path, check=False)
-    assert proc.returncode != 0
-    assert "Weights only load failed" in proc.log
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint\n")
+    for bad, reason in ((path, "it holds what a weights-only load refuses: "), (text, "")):
+        proc = run("fairseq-eval-lm", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", bad, check=False)
+        assert proc.returncode != 0
+        assert proc.stderr.splitlines()[-1].startswith(f"fairseq-eval-lm: error: {bad} is not a fairseq checkpoint ({reason}")
+        assert "Traceback" not in proc.log and "weights_only=False" not in proc.log
     assert not marker.exists()

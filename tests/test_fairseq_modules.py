@@ -3,6 +3,7 @@ layers inside fairseq's decoder (incremental decoding, beam reordering), the opt
 build-time checks, padding invariance of the translation model."""
 
 import argparse
+import re
 import types
 
 import pytest
@@ -13,22 +14,16 @@ pytest.importorskip("fairseq")
 from fairseq import options  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.modules import MultiheadAttention  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the models)
 from fairseq_eva.attention import EVAAttention  # noqa: E402
 from fairseq_eva.models.roberta_eva import RobertaEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  # noqa: E402
-from fairseq_eva.modules import EVAMultiheadAttention, eva_bool  # noqa: E402
+from fairseq_eva.modules import EVAMultiheadAttention, EVAOptionError, eva_bool  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is as fast, and does not fight the other jobs of a small shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make_dictionary(n=60):
@@ -245,9 +240,16 @@ def test_bad_options_are_refused_at_build_time_naming_the_option(model_cls, task
         with pytest.raises(SystemExit):
             parse(task, arch, *extra)
         return
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(EVAOptionError) as error:  # a ValueError
         build(model_cls, task, arch, *extra)
     assert expected in str(error.value)
+    # the same model config as fairseq-hydra-train gives it: the options are named as its keys
+    args = vars(parse(task, arch, *extra))
+    with pytest.raises(EVAOptionError) as error:
+        model_cls.build_model(OmegaConf.create({k: v for k, v in args.items() if v is None or
+                                                isinstance(v, (bool, int, float, str))}), fake_task(make_dictionary()))
+    hydra_names = re.sub(r"--([a-z-]+)", lambda m: "model." + m.group(1).replace("-", "_"), expected)
+    assert hydra_names in str(error.value) and "--" not in str(error.value)
 
 
 def test_attention_kind_is_checked_for_hand_written_configs():
@@ -311,3 +313,19 @@ def test_the_core_imports_without_fairseq():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(1, 9, 16)"
+
+
+@pytest.mark.parametrize("n, max_tokens", [(13, 1000), (500, 64), (16, 1000)])
+def test_fairseqs_batching_keeps_every_sentence(n, max_tokens):
+    """fairseq 0.12.3 drops a last batch whose size is not a multiple of --required-batch-size-multiple;
+    with fairseq_eva imported every index is in exactly one batch, in order, within max_tokens."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    lengths = np.random.RandomState(n).randint(1, 9, n).astype(np.int64)
+    indices = np.argsort(lengths, kind="stable").astype(np.int64)
+    batches = data_utils.batch_by_size(indices, lambda i: lengths[i], max_tokens=max_tokens,
+                                       required_batch_size_multiple=8, num_tokens_vec=lengths[indices])
+    assert np.array_equal(np.concatenate(batches), indices)
+    assert all(len(b) * lengths[b].max() <= max_tokens for b in batches)
+    assert all(len(b) % 8 == 0 for b in batches[:-1])

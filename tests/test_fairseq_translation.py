@@ -6,10 +6,13 @@ import json
 import re
 
 import pytest
+import torch
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import MT_SIZES, USER_DIR, is_finite, json_records, run, translation_data  # noqa: E402
+from fairseq_helpers import MT_SIZES, REPO, USER_DIR, is_finite, json_records, run, translation_data  # noqa: E402
+
+CONFIGS = REPO / "configs"
 
 UPDATES = 16
 
@@ -109,12 +112,46 @@ def test_hub_translates_and_a_sentence_does_not_depend_on_its_batch(trained, tmp
     assert result["alone"] == result["in_batch"]
 
 
-def test_bad_option_stops_before_training(trained, tmp_path):
+def test_bad_option_stops_before_training_with_one_line(trained, tmp_path):
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
                "--eva-decoder-chunk-size", 3, cwd=tmp_path, check=False)
     assert proc.returncode != 0
-    assert "--eva-decoder-chunk-size (3) must divide --eva-decoder-window-size (4)" in proc.log
+    assert proc.stderr.splitlines()[-1] == ("fairseq-train: error: --eva-decoder-chunk-size (3) must divide "
+                                            "--eva-decoder-window-size (4) in causal EVA (EVA in the decoder self-attention)")
+    assert "Traceback" not in proc.log
     assert "train_inner" not in proc.log and not list(tmp_path.glob("*.pt"))
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
                "--eva-overlap", "maybe", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "--eva-overlap" in proc.stderr and "expected true or false" in proc.stderr
+
+
+def hydra_train(data, save, *overrides):
+    """fairseq-hydra-train on the WMT14 EVA-32 config with the tiny architecture."""
+    return run("fairseq-hydra-train", "--config-dir", CONFIGS, "--config-name", "wmt14_en_de_eva32",
+               f"common.user_dir={USER_DIR}", f"task.data={data}", f"checkpoint.save_dir={save}",
+               "model._name=transformer_eva_tiny", "dataset.max_tokens=1024", "optimization.max_update=2", *overrides,
+               cwd=save, check=False)
+
+
+def test_bad_option_under_hydra_is_named_as_a_hydra_key(trained, tmp_path):
+    proc = hydra_train(trained["bin"], tmp_path, "common.cpu=true", "common.fp16=false", "model.eva_window_size=5")
+    assert proc.returncode != 0
+    expected = "model.eva_overlap needs an even model.eva_window_size > 0, got 5 (EVA in the encoder self-attention)"
+    assert expected in proc.stderr.splitlines()
+    assert "Traceback" not in proc.log and "--eva" not in proc.log
+    assert not list(tmp_path.glob("*.pt"))
+
+
+FP16_ON_CPU = ("fp16 needs a CUDA GPU and torch sees none: on a CPU leave out --fp16 (fairseq-hydra-train: "
+               "common.fp16=false; the training scripts do so with NGPUS=0)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 is refused only without a CUDA GPU")
+def test_fp16_on_a_cpu_stops_with_one_line(trained, tmp_path):
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2, "--fp16",
+               cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and proc.stderr.splitlines()[-1] == f"fairseq-train: error: {FP16_ON_CPU}"
+    assert "Traceback" not in proc.log and "train_inner" not in proc.log
+    proc = hydra_train(trained["bin"], tmp_path)  # the config as it is: fp16 on
+    assert proc.returncode != 0 and FP16_ON_CPU in proc.stderr.splitlines()
+    assert "Traceback" not in proc.log and not list(tmp_path.glob("*.pt"))

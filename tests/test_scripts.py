@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 ENV = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
 SHELL_SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.sh"))
-                       if not p.endswith(("lib.sh", "sample_learning.sh")))
+                       if not p.endswith("lib.sh"))
 
 
 def run(args, env=None):
@@ -33,6 +33,14 @@ def test_every_script_is_strict_and_has_help():
     for name in ("average_checkpoints.py", "demo_report.py"):
         r = run([sys.executable, os.path.join(ROOT, "scripts", name), "--help"])
         assert r.returncode == 0 and "usage:" in r.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--bogus"], ["a", "b"]])
+def test_sample_learning_starts_nothing_without_its_work_folder(args, tmp_path):
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "sample_learning.sh"), *args], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("usage:") and "error: " in r.stderr
+    assert r.stdout == "" and not list(tmp_path.iterdir())
 
 
 @pytest.fixture
@@ -100,7 +108,8 @@ def test_multi_node_goes_through_torchrun(data):
         (["scripts/train_wmt14.sh", "eva32"], {"DATA": "/nonexistent"}, "no binarised data in '/nonexistent'"),
         (["scripts/train_wikitext103.sh", "eva_16l"], {"DATA": "/nonexistent"}, "run data_prep/prepare_wikitext103.sh"),
         (["scripts/train_mlm.sh", "eva_2048"], {"DATA": "/nonexistent"}, "run data_prep/prepare_mlm.sh"),
-        (["scripts/eval_wmt14.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
+        (["scripts/eval_wmt14.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"},
+         "no checkpoint '/nonexistent/checkpoint.pt'"),
         (["scripts/eval_lm.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
         (["scripts/eval_mlm.sh", "/nonexistent/checkpoint.pt"], {"DATA": "@data"}, "no checkpoint '/nonexistent/checkpoint.pt'"),
         (["scripts/eval_lm.sh", "x.pt"], {"DATA": "/nonexistent"}, "no binarised data in '/nonexistent'"),
@@ -113,6 +122,18 @@ def test_clear_errors(args, env, message, data, tmp_path):
     r = run(["bash", *args], env)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
+
+
+def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
+    out = tmp_path / "out"
+    out.mkdir()
+    bad = out / "checkpoint_best.pt"
+    bad.write_text("not a checkpoint\n")
+    r = run(["bash", "scripts/eval_lm.sh", str(bad)], {"DATA": data, "NGPUS": "0", "CONTEXTS": "0"})
+    assert r.returncode != 0
+    assert "fairseq-eval-lm failed on valid, context window 0" in r.stderr
+    assert f"{bad} is not a fairseq checkpoint" in r.stderr  # the end of its log is shown
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_best.pt"]
 
 
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):

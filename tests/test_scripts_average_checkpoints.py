@@ -1,5 +1,6 @@
 """scripts/average_checkpoints.py against a hand computation, and its refusals and atomic write."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -91,6 +92,51 @@ def test_refuses_mismatched_checkpoints(tmp_path, capsys, other, message):
     assert avg.main(["--inputs", a, b, "--output", str(out)]) == 1
     assert "error:" in capsys.readouterr().err
     assert not out.exists()
+
+
+def eva_checkpoint(path, window, chunks, old_style=False):
+    """A fairseq checkpoint of transformer_eva_tiny with the given EVA options: the shapes do not depend on them."""
+    args = argparse.Namespace(arch="transformer_eva_tiny", _name="transformer_eva_tiny", encoder_attention="eva",
+                              decoder_attention="softmax", eva_window_size=window, eva_num_chunks=chunks,
+                              eva_overlap=True, dropout=0.1)
+    config = {"args": args} if old_style else {"cfg": {"model": args}}
+    return save(path, {"w": torch.ones(2)}, **config)
+
+
+@pytest.mark.parametrize("old_style", [False, True], ids=["cfg", "args"])
+def test_refuses_checkpoints_of_different_models(tmp_path, capsys, old_style):
+    a = eva_checkpoint(tmp_path / "a.pt", 8, 2, old_style)
+    b = eva_checkpoint(tmp_path / "b.pt", 4, 4, old_style)
+    out = tmp_path / "avg.pt"
+    assert avg.main(["--inputs", a, b, "--output", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {b} and {a} are different models: eva_num_chunks 4 vs 2, eva_window_size 4 vs 8" in err
+    assert not out.exists()
+    same = eva_checkpoint(tmp_path / "c.pt", 8, 2, old_style)
+    assert avg.main(["--inputs", a, same, "--output", str(out)]) == 0 and out.exists()
+
+
+def test_refuses_other_architecture(tmp_path):
+    a = eva_checkpoint(tmp_path / "a.pt", 8, 2)
+    state = torch.load(a, weights_only=True)
+    state["cfg"]["model"].arch = "transformer_eva"
+    torch.save(state, tmp_path / "b.pt")
+    with pytest.raises(avg.AverageError, match="different models: architecture transformer_eva vs transformer_eva_tiny$"):
+        avg.average_checkpoints([a, str(tmp_path / "b.pt")])
+
+
+@pytest.mark.parametrize("content", [b"hello\n", b"", torch.zeros(3)], ids=["text", "empty", "a tensor"])
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content):
+    a = eva_checkpoint(tmp_path / "a.pt", 8, 2)
+    other = tmp_path / "notes.pt"
+    if isinstance(content, bytes):
+        other.write_bytes(content)
+    else:
+        torch.save(content, other)
+    assert avg.main(["--inputs", a, str(other), "--output", str(tmp_path / "o.pt")]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {other} is not a fairseq checkpoint (" in err
+    assert "weights_only=False" not in err and "`weights_only` set to `False`" not in err
 
 
 def test_missing_checkpoint(tmp_path, capsys):

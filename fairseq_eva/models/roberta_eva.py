@@ -12,15 +12,16 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
 from fairseq.models.roberta.model import roberta_prenorm_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
+from omegaconf import OmegaConf
 
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
 from ..modules.options import ENCODER, common_defaults
 from ..distributed import check_launch
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("roberta_eva")
-class RobertaEVAModel(RobertaModel):
+class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
     """fairseq's RobertaModel whose encoder self-attention is EVA."""
 
     @classmethod
@@ -35,13 +36,14 @@ class RobertaEVAModel(RobertaModel):
     @classmethod
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        hydra = OmegaConf.is_config(args)
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
         if not safe_hasattr(args, "max_positions"):
             if not safe_hasattr(args, "tokens_per_sample"):
                 args.tokens_per_sample = task.max_positions()
             args.max_positions = args.tokens_per_sample
-        validate_eva_args(args, {ENCODER: ("--encoder-attention", args.encoder_embed_dim, args.encoder_attention_heads)})
+        validate_eva_args(args, {ENCODER: "encoder_attention"}, hydra)
         encoder = RobertaEVAEncoder(args, task.source_dictionary)
         return cls(args, encoder)
 

@@ -12,19 +12,19 @@ Architectures:
 """
 
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerModel, transformer_iwslt_de_en, transformer_wmt_en_de
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
-from fairseq.models.transformer import transformer_iwslt_de_en, transformer_wmt_en_de
 from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
 
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
 from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
 from ..distributed import check_launch
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("transformer_eva")
-class TransformerEVAModel(TransformerModel):
+class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
     """fairseq's TransformerModel whose encoder (and optionally decoder) self-attention is EVA."""
 
     @classmethod
@@ -39,12 +39,10 @@ class TransformerEVAModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        hydra = OmegaConf.is_config(args)
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
-        validate_eva_args(args, {
-            ENCODER: ("--encoder-attention", args.encoder_embed_dim, args.encoder_attention_heads),
-            DECODER: ("--decoder-attention", args.decoder_embed_dim, args.decoder_attention_heads),
-        })
+        validate_eva_args(args, {ENCODER: "encoder_attention", DECODER: "decoder_attention"}, hydra)
         return super().build_model(args, task)
 
     @classmethod

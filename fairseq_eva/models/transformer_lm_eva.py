@@ -22,15 +22,16 @@ from fairseq.models.transformer_lm import (
 )
 from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
 
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, common_defaults
 from ..distributed import check_launch
-from ._util import as_namespace
+from ._util import HalfNeedsCUDA, as_namespace
 
 
 @register_model("transformer_lm_eva")
-class TransformerLanguageModelEVA(TransformerLanguageModel):
+class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
     """fairseq's TransformerLanguageModel whose decoder self-attention is causal EVA.
 
     A legacy (argparse) model, so that the EVA options are command-line options with architecture
@@ -49,9 +50,10 @@ class TransformerLanguageModelEVA(TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        hydra = OmegaConf.is_config(args)
         args = as_namespace(args)
         base_lm_eva_architecture(args)  # fill anything missing (old or hand-written configs)
-        validate_eva_args(args, {LM: ("--decoder-attention", args.decoder_embed_dim, args.decoder_attention_heads)})
+        validate_eva_args(args, {LM: "decoder_attention"}, hydra)
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:

@@ -1,7 +1,15 @@
 """fairseq-facing modules: the MultiheadAttention adapter, EVA layers, encoder and decoders, options."""
 
 from .eva_multihead_attention import EVAMultiheadAttention
-from .options import add_lm_args, add_masked_lm_args, add_translation_args, eva_bool, validate_eva_args
+from .options import (
+    EVAOptionError,
+    EVAOptions,
+    add_lm_args,
+    add_masked_lm_args,
+    add_translation_args,
+    eva_bool,
+    validate_eva_args,
+)
 from .transformer_layers import (
     EVALanguageModelDecoder,
     EVATransformerDecoder,
@@ -13,6 +21,8 @@ from .transformer_layers import (
 __all__ = [
     "EVALanguageModelDecoder",
     "EVAMultiheadAttention",
+    "EVAOptionError",
+    "EVAOptions",
     "EVATransformerDecoder",
     "EVATransformerDecoderLayer",
     "EVATransformerEncoder",

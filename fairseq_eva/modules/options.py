@@ -1,19 +1,25 @@
-"""EVA's command-line options, their defaults and their build-time checks.
+"""EVA's model options: their command-line form, their architecture defaults and their build-time checks.
 
-The options are plain argparse options (legacy fairseq models), added by the models' `add_args`.
-Architecture functions fill in the paper's values with `getattr`, as fairseq's do, so every value can
-be overridden on the command line. `validate_eva_args` runs when a model is built, before training:
-it reuses the core's `check_options` and rewrites the core's parameter names into the option names.
+The options are plain argparse options (legacy fairseq models), added by the models' `add_args`; under
+fairseq-hydra-train the same names are `model.` keys (`--eva-window-size` is `model.eva_window_size`).
+Architecture functions fill in the paper's values with `getattr`, as fairseq's do, so every value can be
+overridden.
+
+When a model is built, `validate_eva_args` reads the options of each EVA self-attention into one typed
+`EVAOptions` (EVAAttention's keyword arguments) and checks it; a bad value raises `EVAOptionError`, whose
+message names the options as the user wrote them: `--eva-window-size` under fairseq-train (which prints it
+as one line, `fairseq-train: error: ...`, like argparse, see fairseq_eva.errors) and `model.eva_window_size` under
+fairseq-hydra-train (which prints it without a traceback).
 """
 
 import argparse
-import re
+import dataclasses
+from typing import Callable
 
 from fairseq.utils import safe_getattr
 
-from ..attention import check_options
 from ..attention.chunks import PROPOSALS
-from ..attention.relative_position import RelativePositionBias
+from ..errors import UserError
 
 ATTENTION_CHOICES = ("eva", "softmax")
 
@@ -22,8 +28,14 @@ ENCODER = "encoder"  # bidirectional EVA (translation encoder, RoBERTa)
 DECODER = "decoder"  # causal EVA in the translation decoder (--eva-decoder-* options)
 LM = "lm"  # causal EVA in the language model's decoder (common --eva-* options)
 
+_WHERE = {ENCODER: "encoder self-attention", DECODER: "decoder self-attention", LM: "language model self-attention"}
+
 _TRUE = ("true", "t", "yes", "y", "1", "on")
 _FALSE = ("false", "f", "no", "n", "0", "off")
+
+
+class EVAOptionError(UserError, ValueError):
+    """A bad EVA option, named as the user wrote it (a UserError: one line on the command line)."""
 
 
 def eva_bool(value):
@@ -40,32 +52,48 @@ def eva_bool(value):
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
-def _add_common(parser):
-    parser.add_argument("--eva-window-size", type=int, metavar="INT",
-                        help="EVA: size w of the local blocks; the local set E of a query is its block "
-                             "(plus w/2 on each side with --eva-overlap, so abs(E) = 2w); 0 = no local set "
-                             "(bidirectional only)")
-    parser.add_argument("--eva-overlap", type=eva_bool, metavar="BOOL",
-                        help="EVA: overlapping local windows (true/false); bidirectional: E also takes w/2 "
-                             "positions on each side of the block (the paper's EVA-32 is w = 16 with overlap); "
-                             "causal: E also takes the whole previous block")
-    parser.add_argument("--eva-num-chunks", type=int, metavar="INT",
-                        help="EVA (bidirectional): number C of chunks summarising the whole sequence, chunk "
-                             "size ceil(L / C) for a sequence of L tokens; 0 = use --eva-chunk-size "
-                             "(both 0: no chunks, plain block-local attention)")
-    parser.add_argument("--eva-chunk-size", type=int, metavar="INT",
-                        help="EVA: fixed chunk size instead of a fixed number of chunks; in causal EVA it "
-                             "must divide the window size; 0 = use --eva-num-chunks")
-    parser.add_argument("--eva-proposal", choices=list(PROPOSALS), metavar="{" + ",".join(PROPOSALS) + "}",
-                        help="EVA: projection sigma of the chunk summaries that form the proposal: "
-                             "Linear + LayerNorm (the paper's, 'layernorm'), Linear only, or the identity")
-    parser.add_argument("--eva-rpe", type=eva_bool, metavar="BOOL",
-                        help="EVA: T5-style bucketed relative position bias inside the local set (true/false)")
-    parser.add_argument("--eva-rpe-num-buckets", type=int, metavar="INT",
-                        help="EVA: number of relative position buckets (per direction: half, a quarter "
-                             "when bidirectional, are exact distances)")
-    parser.add_argument("--eva-rpe-max-distance", type=int, metavar="INT",
-                        help="EVA: relative distance beyond which all positions share the last bucket")
+# ------------------------------------------------------------------ command-line options
+
+_PROPOSAL_METAVAR = "{" + ",".join(PROPOSALS) + "}"
+# (option, argparse keywords); --eva-decoder-* configure the translation decoder
+_COMMON = (
+    ("--eva-window-size", dict(type=int, metavar="INT", help=(
+        "EVA: size w of the local blocks; the local set E of a query is its block (plus w/2 on each side with "
+        "--eva-overlap, so abs(E) = 2w); 0 = no local set (bidirectional only)"))),
+    ("--eva-overlap", dict(type=eva_bool, metavar="BOOL", help=(
+        "EVA: overlapping local windows (true/false); bidirectional: E also takes w/2 positions on each side of "
+        "the block (the paper's EVA-32 is w = 16 with overlap); causal: E also takes the whole previous block"))),
+    ("--eva-num-chunks", dict(type=int, metavar="INT", help=(
+        "EVA (bidirectional): number C of chunks summarising the whole sequence, chunk size ceil(L / C) for a "
+        "sequence of L tokens; 0 = use --eva-chunk-size (both 0: no chunks, plain block-local attention)"))),
+    ("--eva-chunk-size", dict(type=int, metavar="INT", help=(
+        "EVA: fixed chunk size instead of a fixed number of chunks; in causal EVA it must divide the window "
+        "size; 0 = use --eva-num-chunks"))),
+    ("--eva-proposal", dict(choices=list(PROPOSALS), metavar=_PROPOSAL_METAVAR, help=(
+        "EVA: projection sigma of the chunk summaries that form the proposal: Linear + LayerNorm (the paper's, "
+        "'layernorm'), Linear only, or the identity"))),
+    ("--eva-rpe", dict(type=eva_bool, metavar="BOOL", help=(
+        "EVA: T5-style bucketed relative position bias inside the local set (true/false)"))),
+    ("--eva-rpe-num-buckets", dict(type=int, metavar="INT", help=(
+        "EVA: number of relative position buckets (per direction: half, a quarter when bidirectional, are "
+        "exact distances)"))),
+    ("--eva-rpe-max-distance", dict(type=int, metavar="INT", help=(
+        "EVA: relative distance beyond which all positions share the last bucket"))),
+)
+_DECODER = (
+    ("--eva-decoder-window-size", dict(type=int, metavar="INT", help=(
+        "causal EVA in the decoder (--decoder-attention eva): block size w"))),
+    ("--eva-decoder-chunk-size", dict(type=int, metavar="INT", help=(
+        "causal EVA in the decoder: chunk size, must divide the decoder window; 0 = no chunks (block-local "
+        "attention)"))),
+    ("--eva-decoder-overlap", dict(type=eva_bool, metavar="BOOL", help=(
+        "causal EVA in the decoder: E also takes the whole previous block (true/false)"))),
+)
+
+
+def _add(parser, options):
+    for option, keywords in options:
+        parser.add_argument(option, **keywords)
 
 
 def add_translation_args(parser):
@@ -75,27 +103,20 @@ def add_translation_args(parser):
     parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES,
                         help="self-attention of the decoder: softmax (default) or eva (causal EVA, set by "
                              "--eva-decoder-window-size, --eva-decoder-chunk-size, --eva-decoder-overlap)")
-    _add_common(parser)
-    parser.add_argument("--eva-decoder-window-size", type=int, metavar="INT",
-                        help="causal EVA in the decoder (--decoder-attention eva): block size w")
-    parser.add_argument("--eva-decoder-chunk-size", type=int, metavar="INT",
-                        help="causal EVA in the decoder: chunk size, must divide the decoder window; "
-                             "0 = no chunks (block-local attention)")
-    parser.add_argument("--eva-decoder-overlap", type=eva_bool, metavar="BOOL",
-                        help="causal EVA in the decoder: E also takes the whole previous block (true/false)")
+    _add(parser, _COMMON + _DECODER)
 
 
 def add_lm_args(parser):
     parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES,
                         help="self-attention of the language model: eva (default, causal EVA set by "
                              "--eva-window-size, --eva-chunk-size, --eva-overlap) or softmax (the baseline)")
-    _add_common(parser)
+    _add(parser, _COMMON)
 
 
 def add_masked_lm_args(parser):
     parser.add_argument("--encoder-attention", choices=ATTENTION_CHOICES,
                         help="self-attention of the encoder: eva (default) or softmax (the baseline)")
-    _add_common(parser)
+    _add(parser, _COMMON)
 
 
 # ------------------------------------------------------------------ defaults (used by the arch functions)
@@ -125,32 +146,31 @@ def decoder_defaults(args, window_size, chunk_size, overlap):
     args.eva_decoder_overlap = safe_getattr(args, "eva_decoder_overlap", overlap)
 
 
-# ------------------------------------------------------------------ settings of one self-attention
+# ------------------------------------------------------------------ the settings of one self-attention
 
 
-def _role_options(role):
-    """Core parameter name -> command-line option, for the options that configure `role`."""
-    names = {
-        "window_size": "--eva-window-size",
-        "overlap": "--eva-overlap",
-        "num_chunks": "--eva-num-chunks",
-        "chunk_size": "--eva-chunk-size",
-        "proposal": "--eva-proposal",
-        "use_rpe": "--eva-rpe",
-        "rpe_num_buckets": "--eva-rpe-num-buckets",
-        "rpe_max_distance": "--eva-rpe-max-distance",
-        "dropout": "--attention-dropout",
-    }
-    if role == DECODER:
-        names.update(window_size="--eva-decoder-window-size", chunk_size="--eva-decoder-chunk-size",
-                     overlap="--eva-decoder-overlap")
+def _attributes(role):
+    """EVAOptions field (and embed_dim, num_heads) -> the model attribute that sets it for `role`."""
     side = "encoder" if role == ENCODER else "decoder"
-    names.update(embed_dim=f"--{side}-embed-dim", num_heads=f"--{side}-attention-heads")
-    return names
+    prefix = "eva_decoder_" if role == DECODER else "eva_"
+    return {
+        "window_size": prefix + "window_size",
+        "overlap": prefix + "overlap",
+        "num_chunks": "eva_num_chunks",
+        "chunk_size": prefix + "chunk_size",
+        "proposal": "eva_proposal",
+        "use_rpe": "eva_rpe",
+        "rpe_num_buckets": "eva_rpe_num_buckets",
+        "rpe_max_distance": "eva_rpe_max_distance",
+        "dropout": "attention_dropout",
+        "embed_dim": f"{side}_embed_dim",
+        "num_heads": f"{side}_attention_heads",
+    }
 
 
-def _attr(option):
-    return option[2:].replace("-", "_")
+def option_name(attribute, hydra):
+    """How the user writes a model attribute: `model.eva_window_size` (hydra) or `--eva-window-size`."""
+    return f"model.{attribute}" if hydra else "--" + attribute.replace("_", "-")
 
 
 def _get(args, name):
@@ -160,73 +180,114 @@ def _get(args, name):
         return None
 
 
-def eva_kwargs(cfg, role):
-    """Keyword arguments of EVAAttention (besides embed_dim and num_heads) for `role`, from the options."""
-    names = _role_options(role)
-    kwargs = {"causal": role != ENCODER}
-    for key in ("window_size", "overlap", "chunk_size", "proposal", "use_rpe", "rpe_num_buckets",
-                "rpe_max_distance", "dropout"):
-        kwargs[key] = _get(cfg, _attr(names[key]))
-    kwargs["num_chunks"] = 0 if role == DECODER else _get(cfg, "eva_num_chunks")
-    for key in ("overlap", "use_rpe"):
-        if kwargs[key] is not None:
-            kwargs[key] = eva_bool(kwargs[key])
-    if kwargs["dropout"] is None:
-        kwargs["dropout"] = 0.0
-    return kwargs
+@dataclasses.dataclass
+class EVAOptions:
+    """The settings of one EVA self-attention: EVAAttention's keyword arguments besides embed_dim and
+    num_heads (see EVAAttention for their meaning)."""
+
+    causal: bool
+    window_size: int
+    overlap: bool
+    num_chunks: int
+    chunk_size: int
+    proposal: str
+    use_rpe: bool
+    rpe_num_buckets: int
+    rpe_max_distance: int
+    dropout: float
+
+    @classmethod
+    def from_args(cls, args, role, hydra=False):
+        """The options of `role` from a model's args; EVAOptionError if one is unset or not a boolean."""
+        attributes = _attributes(role)
+        values = {"causal": role != ENCODER}
+        for field in dataclasses.fields(cls):
+            if field.name == "causal":
+                continue
+            value = _get(args, attributes[field.name])
+            if field.name == "num_chunks" and role == DECODER:
+                value = 0  # causal EVA has chunks of a fixed size
+            elif field.name == "dropout" and value is None:
+                value = 0.0
+            elif value is None:
+                raise EVAOptionError(f"EVA in the {_WHERE[role]} needs {option_name(attributes[field.name], hydra)} "
+                                     "(no architecture default set it)")
+            elif field.type is bool:
+                try:
+                    value = eva_bool(value)
+                except argparse.ArgumentTypeError as error:
+                    raise EVAOptionError(f"{option_name(attributes[field.name], hydra)}: {error}") from None
+            values[field.name] = value
+        return cls(**values)
+
+    def kwargs(self):
+        return dataclasses.asdict(self)
+
+    def check(self, embed_dim, num_heads, name: Callable[[str], str]):
+        """Raise EVAOptionError naming the first bad option; `name(field)` is how the user writes a field's
+        option. These are the conditions under which EVAAttention(embed_dim, num_heads, **self.kwargs())
+        builds."""
+
+        def need(ok, message):
+            if not ok:
+                raise EVAOptionError(message)
+
+        for field, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            need(isinstance(value, int) and value > 0, f"{name(field)} must be a positive integer, got {value!r}")
+        need(embed_dim % num_heads == 0, f"{name('num_heads')} ({num_heads}) must divide {name('embed_dim')} ({embed_dim})")
+        for field in ("window_size", "num_chunks", "chunk_size", "rpe_num_buckets", "rpe_max_distance"):
+            value = getattr(self, field)
+            need(isinstance(value, int) and value >= 0, f"{name(field)} must be an integer >= 0, got {value!r}")
+        need(not (self.num_chunks and self.chunk_size),
+             f"set {name('num_chunks')} ({self.num_chunks}) or {name('chunk_size')} ({self.chunk_size}), not both")
+        need(0.0 <= self.dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {self.dropout!r}")
+        need(self.proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {self.proposal!r}")
+        window = name("window_size")
+        if self.causal:
+            need(self.window_size >= 1, f"{window} must be at least 1 in causal EVA, got {self.window_size}")
+            need(self.num_chunks == 0, f"{name('num_chunks')} is for bidirectional EVA; causal EVA takes {name('chunk_size')}")
+            need(self.chunk_size == 0 or self.window_size % self.chunk_size == 0,
+                 f"{name('chunk_size')} ({self.chunk_size}) must divide {window} ({self.window_size}) in causal EVA")
+        else:
+            need(self.window_size > 0 or self.num_chunks or self.chunk_size,
+                 f"{window} 0 needs chunks: set {name('num_chunks')} or {name('chunk_size')}")
+            need(not self.overlap or (self.window_size > 0 and self.window_size % 2 == 0),
+                 f"{name('overlap')} needs an even {window} > 0, got {self.window_size}")
+        if self.use_rpe and self.window_size > 0:  # RelativePositionBias's conditions
+            least = 2 if self.causal else 4  # bidirectional: half the buckets for each direction
+            need(self.rpe_num_buckets >= least,
+                 f"{name('rpe_num_buckets')} must be at least {least}, got {self.rpe_num_buckets}")
+            need(self.rpe_max_distance >= self.rpe_num_buckets // least + 1,
+                 f"{name('rpe_max_distance')} ({self.rpe_max_distance}) is too small for {self.rpe_num_buckets} buckets")
 
 
-def translate_error(message, role):
-    """Rewrite the core's parameter names in `message` into the option names of `role`."""
-    names = _role_options(role)
-    pattern = re.compile(r"\b(" + "|".join(sorted(names, key=len, reverse=True)) + r")\b")
-    return pattern.sub(lambda m: names[m.group(1)], str(message))
-
-
-def _where(role):
-    return {ENCODER: "encoder self-attention", DECODER: "decoder self-attention",
-            LM: "language model self-attention"}[role]
-
-
-def check_role(cfg, role, embed_dim, num_heads):
-    """Check the options of one EVA self-attention; ValueError naming the options if they are wrong."""
-    names = _role_options(role)
-    kwargs = eva_kwargs(cfg, role)
-    missing = [names[k] for k, v in kwargs.items() if v is None and k in names]
-    if missing:
-        raise ValueError(f"EVA in the {_where(role)} needs {', '.join(missing)} (no architecture default set it)")
-    try:
-        check_options(embed_dim, num_heads, kwargs["causal"], kwargs["window_size"], kwargs["overlap"],
-                      kwargs["num_chunks"], kwargs["chunk_size"], kwargs["proposal"], kwargs["dropout"])
-        if kwargs["use_rpe"] and kwargs["window_size"] > 0:
-            RelativePositionBias(num_heads, not kwargs["causal"], kwargs["rpe_num_buckets"],
-                                 kwargs["rpe_max_distance"])
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{translate_error(error, role)} (EVA in the {_where(role)})") from None
-
-
-def attention_kind(cfg, option):
-    """'eva' or 'softmax' from --encoder-attention / --decoder-attention; ValueError naming the option."""
-    value = _get(cfg, _attr(option))
+def attention_kind(cfg, attribute, hydra=False):
+    """'eva' or 'softmax' from encoder_attention / decoder_attention; EVAOptionError naming the option."""
+    value = _get(cfg, attribute)
     if value not in ATTENTION_CHOICES:
-        raise ValueError(f"{option} must be one of {', '.join(ATTENTION_CHOICES)}; got {value!r}")
+        raise EVAOptionError(f"{option_name(attribute, hydra)} must be one of {', '.join(ATTENTION_CHOICES)}; "
+                             f"got {value!r}")
     return value
 
 
-def validate_eva_args(args, roles):
-    """Run at model build time. `roles` maps a role to (attention option, embed dim, heads)."""
-    for role, (option, embed_dim, num_heads) in roles.items():
-        if attention_kind(args, option) != "eva":
+def validate_eva_args(args, roles, hydra=False):
+    """Run at model build time. `roles` maps a role to its attention attribute (encoder_attention or
+    decoder_attention); `hydra`: name the options as fairseq-hydra-train's keys."""
+    for role, attention in roles.items():
+        if attention_kind(args, attention, hydra) != "eva":
             continue
-        for name in ("eva_overlap", "eva_rpe", "eva_decoder_overlap"):
-            value = _get(args, name)
-            if value is not None and not isinstance(value, bool):
-                try:
-                    setattr(args, name, eva_bool(value))
-                except argparse.ArgumentTypeError as error:
-                    raise ValueError(f"--{name.replace('_', '-')}: {error}") from None
-        check_role(args, role, embed_dim, num_heads)
+        attributes = _attributes(role)
+
+        def name(field):
+            return option_name(attributes[field], hydra)
+
+        options = EVAOptions.from_args(args, role, hydra)
+        try:
+            options.check(_get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"]), name)
+        except EVAOptionError as error:
+            raise EVAOptionError(f"{error} (EVA in the {_WHERE[role]})") from None
+        using = f"{option_name(attention, hydra)} eva"
         if (_get(args, "quant_noise_pq") or 0) > 0:
-            raise ValueError(f"--quant-noise-pq is not supported by EVA attention ({option} eva)")
+            raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported by EVA attention ({using})")
         if role != ENCODER and _get(args, "cross_self_attention"):
-            raise ValueError(f"--cross-self-attention is not supported with {option} eva")
+            raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")

@@ -11,15 +11,12 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from .eva_multihead_attention import EVAMultiheadAttention
-from .options import DECODER, ENCODER, attention_kind, eva_kwargs, translate_error
+from .options import DECODER, ENCODER, LM, EVAOptions, attention_kind
 
 
 def build_eva_attention(embed_dim, num_heads, cfg, role):
-    kwargs = eva_kwargs(cfg, role)
-    try:
-        return EVAMultiheadAttention(embed_dim, num_heads, **kwargs)
-    except ValueError as error:  # validate_eva_args catches these earlier; keep the option names anyway
-        raise ValueError(translate_error(error, role)) from None
+    """The EVA self-attention of `role` (its options were checked by validate_eva_args when the model was built)."""
+    return EVAMultiheadAttention(embed_dim, num_heads, **EVAOptions.from_args(cfg, role).kwargs())
 
 
 def _wrap(layer, cfg):
@@ -35,7 +32,7 @@ class EVATransformerEncoderLayer(TransformerEncoderLayerBase):
     """Encoder layer whose self-attention is bidirectional EVA (--encoder-attention eva)."""
 
     def build_self_attention(self, embed_dim, cfg):
-        if attention_kind(cfg, "--encoder-attention") == "eva":
+        if attention_kind(cfg, "encoder_attention") == "eva":
             return build_eva_attention(embed_dim, cfg.encoder.attention_heads, cfg, ENCODER)
         return super().build_self_attention(embed_dim, cfg)
 
@@ -52,7 +49,7 @@ class EVATransformerDecoderLayer(TransformerDecoderLayerBase):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        if attention_kind(cfg, "--decoder-attention") == "eva":
+        if attention_kind(cfg, "decoder_attention") == "eva":
             if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
                 raise ValueError("--decoder-attention eva supports neither bias_kv, zero_attn nor --cross-self-attention")
             return build_eva_attention(embed_dim, cfg.decoder.attention_heads, cfg, self.eva_role)
@@ -81,4 +78,4 @@ class EVATransformerDecoder(TransformerDecoder):
 class EVALanguageModelDecoder(EVATransformerDecoder):
     """The language model's decoder: causal EVA configured by the common --eva-* options."""
 
-    eva_role = "lm"
+    eva_role = LM

@@ -1,0 +1,14 @@
+"""Fixtures shared by the test modules."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for the module's tests: small tensors gain nothing from more, threads spin badly on
+    a small shared machine, and allocations then do not depend on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
