@@ -160,13 +160,15 @@ def fairseq_check(out, quick, device_args=("--fp16",), updates=None, data=None):
     mt, lm = os.path.join(data, "mt-bin"), os.path.join(data, "lm-bin")
     if not os.path.exists(os.path.join(mt, "dict.en.txt")):
         tool("preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", f"{SAMPLE}/po_en_de/train",
-             "--validpref", f"{SAMPLE}/po_en_de/valid", "--destdir", mt, "--joined-dictionary", "--nwordssrc", "8000", "--workers", "4")
+             "--validpref", f"{SAMPLE}/po_en_de/valid", "--destdir", mt, "--joined-dictionary", "--nwordssrc", "8000",
+             "--workers", "4")
     if not os.path.exists(os.path.join(lm, "dict.txt")):
         tool("preprocess", "--only-source", "--trainpref", f"{SAMPLE}/doc_en/train.txt", "--validpref",
              f"{SAMPLE}/doc_en/valid.txt", "--destdir", lm, "--nwordssrc", "8000", "--workers", "4")
     common = ["--user-dir", os.path.join(REPO, "fairseq_eva"), *device_args, "--optimizer", "adam", "--lr", "5e-4",
               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--max-update", str(updates), "--no-save",
-              "--log-format", "json", "--log-interval", str(max(1, updates // 20)), "--seed", "1", "--disable-validation", "--num-workers", "0"]
+              "--log-format", "json", "--log-interval", str(max(1, updates // 20)), "--seed", "1", "--disable-validation",
+              "--num-workers", "0"]
     runs = {
         "translation, EVA encoder": [mt, "--arch", "transformer_eva_tiny", "--max-tokens", "4096", "--share-all-embeddings"],
         "translation, softmax": [mt, "--arch", "transformer_eva_tiny", "--encoder-attention", "softmax", "--max-tokens", "4096",
@@ -184,9 +186,10 @@ def fairseq_check(out, quick, device_args=("--fp16",), updates=None, data=None):
         records = [json.loads(m.group(1)) for m in re.finditer(r"\|\s*train_inner\s*\|\s*(\{.*\})", text)]
         losses = [float(r["loss"]) for r in records]
         wps = [float(r["wps"]) for r in records[1:]]  # the first interval holds the start-up
-        rows.append(dict(run=name, updates=updates, first_loss=losses[0] if losses else float("nan"),
-                         last_loss=losses[-1] if losses else float("nan"), finite=bool(losses) and all(map(math.isfinite, losses)),
-                         words_per_second=sorted(wps)[len(wps) // 2] if wps else float("nan"), seconds=time.time() - start))
+        nan = float("nan")
+        rows.append(dict(run=name, updates=updates, first_loss=losses[0] if losses else nan,
+                         last_loss=losses[-1] if losses else nan, finite=bool(losses) and all(map(math.isfinite, losses)),
+                         words_per_second=sorted(wps)[len(wps) // 2] if wps else nan, seconds=time.time() - start))
     return rows
 
 
@@ -195,8 +198,8 @@ def summary(result):
     if result.get("correctness"):
         lines += ["| check | precision | output error | gradient error | bound | ok |", "|---|---|---|---|---|---|"]
         for r in result["correctness"]:
-            lines.append(f"| {r['check']} | {r['precision']} | {r['output_error']:.2e} | {r['gradient_error']:.2e} | {r['bound']:.0e} | "
-                         f"{'yes' if r['ok'] else 'NO'} |")
+            lines.append(f"| {r['check']} | {r['precision']} | {r['output_error']:.2e} | {r['gradient_error']:.2e} | "
+                         f"{r['bound']:.0e} | {'yes' if r['ok'] else 'NO'} |")
         lines.append("")
     if result.get("speed"):
         lines += ["| N | mechanism | layer fwd+bwd (ms) | peak (MiB) |", "|---|---|---|---|"]
@@ -204,13 +207,15 @@ def summary(result):
             lines.append(f"| {r['N']} | {r['mechanism']} | {1e3 * r['layer_s']:.2f} | {r.get('peak_bytes', 0) / 2**20:.0f} |")
         lines += ["", "| N | mechanism vs baseline | layer speed-up | memory ratio |", "|---|---|---|---|"]
         for s in result["speed"]["speedups"]:
-            lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | {s.get('memory_ratio', float('nan')):.2f} |")
+            memory = s.get("memory_ratio", float("nan"))
+            lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | {memory:.2f} |")
         lines.append("")
     if result.get("fairseq"):
-        lines += ["| fairseq-train --fp16 | updates | first loss | last loss | finite | words/s | seconds |", "|---|---|---|---|---|---|---|"]
+        lines += ["| fairseq-train --fp16 | updates | first loss | last loss | finite | words/s | seconds |",
+                  "|---|---|---|---|---|---|---|"]
         for r in result["fairseq"]:
-            lines.append(f"| {r['run']} | {r['updates']} | {r['first_loss']:.2f} | {r['last_loss']:.2f} | {'yes' if r['finite'] else 'NO'} | "
-                         f"{r['words_per_second']:.0f} | {r['seconds']:.0f} |")
+            lines.append(f"| {r['run']} | {r['updates']} | {r['first_loss']:.2f} | {r['last_loss']:.2f} | "
+                         f"{'yes' if r['finite'] else 'NO'} | {r['words_per_second']:.0f} | {r['seconds']:.0f} |")
     for r in result.get("correctness", []):
         if r.get("error"):
             lines.append(f"\n{r['check']}, {r['precision']}:\n{r['error']}")

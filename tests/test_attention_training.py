@@ -24,12 +24,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def spy_blockwise(monkeypatch):
@@ -99,7 +94,9 @@ def test_dropout_reaches_the_chunk_weights():
     assert (dropped - exact).abs().max() > 0.1
 
 
-@pytest.mark.parametrize("layout", [BlockLayout.bidirectional(4, True), BlockLayout.causal_blocks(4, True, 2)], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize(
+    "layout", [BlockLayout.bidirectional(4, True), BlockLayout.causal_blocks(4, True, 2)], ids=["bidirectional", "causal"]
+)
 def test_dropout_backward_uses_the_forward_mask(layout):
     """gradcheck with a fixed dropout seed: the analytic gradients (q, k, v, summaries, bias) are those of
     the function the forward computed, so the backward redraws the forward's mask."""

@@ -21,8 +21,9 @@ import torch.distributed as dist
 
 pytest.importorskip("fairseq")
 
-import fairseq_eva  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
 from fairseq.file_io import PathManager  # noqa: E402
+
+import fairseq_eva  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
 from fairseq_eva import checkpoint_safety  # noqa: E402
 from fairseq_eva.distributed import check_launch, launch_options  # noqa: E402
 from fairseq_helpers import BIN, USER_DIR, cli_env, json_records, lm_data, translation_data  # noqa: E402

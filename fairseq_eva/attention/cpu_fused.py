@@ -51,10 +51,10 @@ def _parts(q, k, v, k_summary, beta, own_bias, prev_bias, layout):
                 yield slice(b, b + 1), qb[:, b], k_summary[:, :, :K], beta[:, :, :K], False, None, K
 
 
-def _join(out, lse, o, l):
-    """Joins part (o, l) into (out, lse) in place."""
-    joint = torch.logaddexp(lse, l)
-    out.mul_((lse - joint).exp().unsqueeze(-1)).add_(o * (l - joint).exp().unsqueeze(-1))
+def _join(out, lse, part_out, part_lse):
+    """Joins a part (its output and log-sum-exp) into (out, lse) in place."""
+    joint = torch.logaddexp(lse, part_lse)
+    out.mul_((lse - joint).exp().unsqueeze(-1)).add_(part_out * (part_lse - joint).exp().unsqueeze(-1))
     lse.copy_(joint)
 
 
@@ -68,12 +68,11 @@ class CausalFused(torch.autograd.Function):
         B = q.size(0)
         out = lse = None
         for blocks, qp, kp, vp, causal, mask, _ in _parts(q, k, v, k_summary, beta, own_bias, prev_bias, layout):
-            o, l = _forward(qp, kp, vp, 0.0, causal, attn_mask=mask, scale=scale)
-            o, l = o.unflatten(0, (B, -1)), l.unflatten(0, (B, -1))  # B x blocks x H x w (x d)
-            if out is None:
-                out, lse = o, l
+            part_out, part_lse = (t.unflatten(0, (B, -1)) for t in _forward(qp, kp, vp, 0.0, causal, attn_mask=mask, scale=scale))
+            if out is None:  # B x blocks x H x w (x d)
+                out, lse = part_out, part_lse
             else:
-                _join(out[:, blocks], lse[:, blocks], o, l)
+                _join(out[:, blocks], lse[:, blocks], part_out, part_lse)
         ctx.save_for_backward(q, k, v, k_summary, beta, own_bias, prev_bias, out, lse)
         ctx.layout, ctx.scale = layout, scale
         return out.transpose(2, 3).flatten(1, 2).transpose(1, 2)  # B x nb x H x w x d -> B x H x N x d

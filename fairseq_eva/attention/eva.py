@@ -28,7 +28,7 @@ from . import cpu_fused
 from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
 from .layout import BlockLayout, visible_causal_chunks
-from .relative_position import RelativePositionBias
+from .relative_position import RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
 
@@ -69,32 +69,40 @@ def _heads(t):
 KERNELS = ("auto", "fused", "blockwise")
 
 
-def check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout, kernel="auto"):
-    """Raise a ValueError that names the first bad option."""
+def check_options(
+    embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
+    use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", name=lambda field: field,
+):
+    """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
+    option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
 
     def need(ok, message):
         if not ok:
             raise ValueError(message)
 
-    for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-        need(isinstance(value, int) and value > 0, f"{name} must be a positive integer, got {value!r}")
-    need(embed_dim % num_heads == 0, f"num_heads ({num_heads}) must divide embed_dim ({embed_dim})")
-    for name, value in (("window_size", window_size), ("num_chunks", num_chunks), ("chunk_size", chunk_size)):
-        need(isinstance(value, int) and value >= 0, f"{name} must be an integer >= 0, got {value!r}")
-    need(not (num_chunks and chunk_size), f"set num_chunks ({num_chunks}) or chunk_size ({chunk_size}), not both")
-    need(0.0 <= dropout < 1.0, f"dropout must be in [0, 1), got {dropout!r}")
-    need(proposal in PROPOSALS, f"proposal must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
-    need(kernel in KERNELS, f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    for field, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+        need(isinstance(value, int) and value > 0, f"{name(field)} must be a positive integer, got {value!r}")
+    need(embed_dim % num_heads == 0, f"{name('num_heads')} ({num_heads}) must divide {name('embed_dim')} ({embed_dim})")
+    for field, value in (("window_size", window_size), ("num_chunks", num_chunks), ("chunk_size", chunk_size),
+                         ("rpe_num_buckets", rpe_num_buckets), ("rpe_max_distance", rpe_max_distance)):
+        need(isinstance(value, int) and value >= 0, f"{name(field)} must be an integer >= 0, got {value!r}")
+    chunks = name("num_chunks"), name("chunk_size")
+    need(not (num_chunks and chunk_size), f"set {chunks[0]} ({num_chunks}) or {chunks[1]} ({chunk_size}), not both")
+    need(0.0 <= dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {dropout!r}")
+    need(proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
+    need(kernel in KERNELS, f"{name('kernel')} must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    window = name("window_size")
     if causal:
-        need(window_size >= 1, f"window_size must be at least 1 in causal EVA, got {window_size}")
-        need(num_chunks == 0, "num_chunks is for bidirectional EVA; causal EVA takes chunk_size")
-        need(
-            chunk_size == 0 or window_size % chunk_size == 0,
-            f"chunk_size ({chunk_size}) must divide window_size ({window_size}) in causal EVA",
-        )
+        need(window_size >= 1, f"{window} must be at least 1 in causal EVA, got {window_size}")
+        need(num_chunks == 0, f"{name('num_chunks')} is for bidirectional EVA; causal EVA takes {name('chunk_size')}")
+        need(chunk_size == 0 or window_size % chunk_size == 0,
+             f"{name('chunk_size')} ({chunk_size}) must divide {window} ({window_size}) in causal EVA")
     else:
-        need(window_size > 0 or num_chunks or chunk_size, "window_size 0 needs chunks: set num_chunks or chunk_size")
-        need(not overlap or (window_size > 0 and window_size % 2 == 0), f"overlap needs an even window_size > 0, got {window_size}")
+        need(window_size > 0 or num_chunks or chunk_size, f"{window} 0 needs chunks: set {chunks[0]} or {chunks[1]}")
+        need(not overlap or (window_size > 0 and window_size % 2 == 0),
+             f"{name('overlap')} needs an even {window} > 0, got {window_size}")
+    if use_rpe and window_size > 0:
+        check_rpe(rpe_num_buckets, rpe_max_distance, not causal, name)
 
 
 class EVAAttention(nn.Module):
@@ -126,7 +134,11 @@ class EVAAttention(nn.Module):
         kernel="auto",
     ):
         super().__init__()
-        check_options(embed_dim, num_heads, causal, window_size, overlap, num_chunks, chunk_size, proposal, dropout, kernel)
+        check_options(
+            embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
+            chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
+            rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel,
+        )
         self.kernel = kernel
         self.embed_dim = embed_dim
         self.num_heads = num_heads

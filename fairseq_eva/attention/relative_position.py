@@ -27,15 +27,21 @@ def relative_position_bucket(relative_position, bidirectional, num_buckets, max_
     return bucket + torch.where(n < max_exact, n, large)
 
 
+def check_rpe(num_buckets, max_distance, bidirectional, name=lambda field: field):
+    """ValueError naming the option when the buckets cannot be laid out (bidirectional: half per direction)."""
+    least = 4 if bidirectional else 2
+    if num_buckets < least:
+        raise ValueError(f"{name('rpe_num_buckets')} must be at least {least}, got {num_buckets}")
+    if max_distance < num_buckets // least + 1:
+        raise ValueError(f"{name('rpe_max_distance')} ({max_distance}) is too small for {num_buckets} buckets")
+
+
 class RelativePositionBias(nn.Module):
     """One learned scalar per (head, bucket); `forward` maps relative positions to H x ... biases."""
 
     def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128):
         super().__init__()
-        if num_buckets < 2 or (bidirectional and num_buckets < 4):
-            raise ValueError(f"rpe_num_buckets must be at least {4 if bidirectional else 2}, got {num_buckets}")
-        if max_distance < num_buckets // (4 if bidirectional else 2) + 1:
-            raise ValueError(f"rpe_max_distance ({max_distance}) is too small for {num_buckets} buckets")
+        check_rpe(num_buckets, max_distance, bidirectional)
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance

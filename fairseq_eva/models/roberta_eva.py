@@ -14,9 +14,9 @@ from fairseq.models.roberta.model import roberta_prenorm_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
 from omegaconf import OmegaConf
 
+from ..distributed import check_launch
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
 from ..modules.options import ENCODER, common_defaults
-from ..distributed import check_launch
 from ._util import HalfNeedsCUDA, as_namespace
 
 

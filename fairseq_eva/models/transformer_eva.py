@@ -17,9 +17,9 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from ..distributed import check_launch
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
 from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
-from ..distributed import check_launch
 from ._util import HalfNeedsCUDA, as_namespace
 
 

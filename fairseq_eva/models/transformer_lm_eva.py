@@ -24,9 +24,9 @@ from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from ..distributed import check_launch
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, common_defaults
-from ..distributed import check_launch
 from ._util import HalfNeedsCUDA, as_namespace
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from fairseq.utils import safe_getattr
 
+from ..attention import check_options
 from ..attention.chunks import PROPOSALS
 from ..errors import UserError
 
@@ -228,37 +229,10 @@ class EVAOptions:
         option. These are the conditions under which EVAAttention(embed_dim, num_heads, **self.kwargs())
         builds."""
 
-        def need(ok, message):
-            if not ok:
-                raise EVAOptionError(message)
-
-        for field, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            need(isinstance(value, int) and value > 0, f"{name(field)} must be a positive integer, got {value!r}")
-        need(embed_dim % num_heads == 0, f"{name('num_heads')} ({num_heads}) must divide {name('embed_dim')} ({embed_dim})")
-        for field in ("window_size", "num_chunks", "chunk_size", "rpe_num_buckets", "rpe_max_distance"):
-            value = getattr(self, field)
-            need(isinstance(value, int) and value >= 0, f"{name(field)} must be an integer >= 0, got {value!r}")
-        need(not (self.num_chunks and self.chunk_size),
-             f"set {name('num_chunks')} ({self.num_chunks}) or {name('chunk_size')} ({self.chunk_size}), not both")
-        need(0.0 <= self.dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {self.dropout!r}")
-        need(self.proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {self.proposal!r}")
-        window = name("window_size")
-        if self.causal:
-            need(self.window_size >= 1, f"{window} must be at least 1 in causal EVA, got {self.window_size}")
-            need(self.num_chunks == 0, f"{name('num_chunks')} is for bidirectional EVA; causal EVA takes {name('chunk_size')}")
-            need(self.chunk_size == 0 or self.window_size % self.chunk_size == 0,
-                 f"{name('chunk_size')} ({self.chunk_size}) must divide {window} ({self.window_size}) in causal EVA")
-        else:
-            need(self.window_size > 0 or self.num_chunks or self.chunk_size,
-                 f"{window} 0 needs chunks: set {name('num_chunks')} or {name('chunk_size')}")
-            need(not self.overlap or (self.window_size > 0 and self.window_size % 2 == 0),
-                 f"{name('overlap')} needs an even {window} > 0, got {self.window_size}")
-        if self.use_rpe and self.window_size > 0:  # RelativePositionBias's conditions
-            least = 2 if self.causal else 4  # bidirectional: half the buckets for each direction
-            need(self.rpe_num_buckets >= least,
-                 f"{name('rpe_num_buckets')} must be at least {least}, got {self.rpe_num_buckets}")
-            need(self.rpe_max_distance >= self.rpe_num_buckets // least + 1,
-                 f"{name('rpe_max_distance')} ({self.rpe_max_distance}) is too small for {self.rpe_num_buckets} buckets")
+        try:
+            check_options(embed_dim, num_heads, **self.kwargs(), name=name)
+        except ValueError as error:
+            raise EVAOptionError(str(error)) from None
 
 
 def attention_kind(cfg, attribute, hydra=False):
@@ -279,7 +253,7 @@ def validate_eva_args(args, roles, hydra=False):
         attributes = _attributes(role)
 
         def name(field):
-            return option_name(attributes[field], hydra)
+            return option_name(attributes.get(field, field), hydra)
 
         options = EVAOptions.from_args(args, role, hydra)
         try:
