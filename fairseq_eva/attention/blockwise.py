@@ -180,16 +180,20 @@ class BlockwiseAttention(torch.autograd.Function):
             g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
             P = torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
             dy = g.rows_of(grad)  # B x H x G x w x d
-            PZ = P
+            # (the `del`s keep at most three group-sized tensors alive at once)
             if dropout > 0:  # y = (Z * P) V: dV = (Z * P)^T dy, dP = Z * (dy V^T)
                 keep = _Dropout(P, dropout, ctx.seed + i).keep
                 dy = dy * _Dropout.scale(dropout)
                 PZ = P * keep
-            d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
-            dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype)
-            if dropout > 0:
-                dP.mul_(keep)
+                d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
+                del PZ
+                dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype).mul_(keep)
+                del keep
+            else:
+                d_values = torch.matmul(P.to(dy.dtype).transpose(-1, -2), dy)
+                dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype)
             dS = torch._softmax_backward_data(dP, P, -1, P.dtype).to(g.keys.dtype)  # P * (dP - rowsum(P dP))
+            del dP, P
             dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
             d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
             positions = (g.positions + left).flatten()
