@@ -212,6 +212,29 @@ def test_softmax_option_gives_fairseqs_layers_with_the_same_names():
     assert type(mlm.encoder.sentence_encoder.layers[0].self_attn) is MultiheadAttention
 
 
+def test_lm_rows_differ_only_in_attention():
+    """transformer_lm_eva with --decoder-attention softmax is the softmax row of an EVA comparison: the same
+    pre-norm decoder (final LayerNorm, embeddings of --decoder-embed-dim), and with one window over the
+    whole sequence and neither chunks nor relative bias, EVA given the same weights computes the same."""
+    d = make_dictionary()
+    size = ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2",
+            "--decoder-layers", "2", "--tokens-per-sample", "48"]
+    soft = build(TransformerLanguageModelEVA, "language_modeling", "transformer_lm_eva", *size,
+                 "--decoder-attention", "softmax", dictionary=d)
+    eva = build(TransformerLanguageModelEVA, "language_modeling", "transformer_lm_eva", *size,
+                "--eva-window-size", "48", "--eva-chunk-size", "0", "--eva-rpe", "false", dictionary=d)
+    assert soft.decoder.layers[0].normalize_before and soft.decoder.layer_norm is not None
+    assert soft.decoder.embed_tokens.embedding_dim == 32 and soft.decoder.project_in_dim is None
+    assert type(soft.decoder.layers[0].self_attn) is MultiheadAttention
+    assert isinstance(eva.decoder.layers[0].self_attn, EVAMultiheadAttention)
+    assert set(soft.state_dict()) == set(eva.state_dict())
+    eva.load_state_dict(soft.state_dict())
+    src = tokens(3, 48, d)
+    with torch.no_grad():
+        expected, got = soft(src)[0], eva(src)[0]
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+
+
 @pytest.mark.parametrize(
     "model_cls, task, arch, extra, expected",
     [

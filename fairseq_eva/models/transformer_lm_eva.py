@@ -5,7 +5,9 @@ Architectures:
   transformer_lm_wiki103) with causal EVA, windows of 128 and chunks of 8 (C = 64 at length 512).
 - transformer_lm_eva_wiki103_32l: the same with 32 layers and LayerDrop 0.2.
 - transformer_lm_eva_tiny: 2 layers of 64 for tests and demos (windows of 16, chunks of 4).
---decoder-attention softmax gives fairseq's transformer_lm with the same architecture.
+--decoder-attention softmax gives the same model with fairseq's softmax attention: the baseline to
+compare with. fairseq's own --arch transformer_lm is another model (its bare config defaults: post-norm,
+no final LayerNorm, 512-dimensional input and output embeddings whatever --decoder-embed-dim).
 """
 
 import ast

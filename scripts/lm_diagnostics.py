@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""Where does a causal language model lose, and how do its EVA layers weigh the chunks?
+
+For each checkpoint (fairseq language models: EVA or softmax), on the first blocks of a subset:
+  1. the loss (nats) by position: in the first window of the sample (only local keys exist there),
+     and, in later windows, by position inside the window (its first queries see one local key plus
+     the chunks);
+  2. for each causal EVA self-attention layer, on the layer's own inputs:
+     - the scale of the logits s(q, k) of the local keys, of the exact keys before E^n and of the
+       chunk summaries s(q, k~);
+     - the share of the attention that goes outside E^n: exact softmax (same q, k, same bias inside E)
+       against EVA's chunks; and log sum exp of the logits of the keys before E^n against that of the
+       chunk summaries (a chunk of s keys summarised by one k~ starts log(s) too low);
+     - the relative error of the layer's EVA output against exact softmax attention.
+Without a checkpoint (--init), the same layer statistics of a freshly initialised EVAAttention on
+LayerNorm'd Gaussian inputs. Everything is computed in evaluation mode (omega = mu, no dropout).
+
+  python scripts/lm_diagnostics.py --data data-bin/lm --subset valid run/eva/checkpoint_last.pt run/local/checkpoint_last.pt
+  python scripts/lm_diagnostics.py --init --embed-dim 256 --heads 4
+"""
+
+import argparse
+import math
+
+import torch
+
+
+def layer_stats(attn, x):
+    """Statistics of one causal EVA layer on its input x (B x N x embed_dim); a dict of floats."""
+    B, N, _ = x.shape
+    w, s = attn.window_size, attn.chunk_size
+    q, k, v = (attn._split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    pos = torch.arange(N)
+    block = pos // w
+    in_e = (block[:, None] == block[None, :]) & (pos[None, :] <= pos[:, None])  # E^n (no overlap)
+    before_e = pos[None, :] < block[:, None] * w
+    logits = (q @ k.transpose(-1, -2)) * attn.scale  # B x H x N x N
+    bias = attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) if attn.rpe is not None else torch.zeros(())
+    local = logits + bias
+    low = torch.finfo(x.dtype).min
+    lse_local = local.masked_fill(~in_e, low).logsumexp(-1)
+    lse_far = logits.masked_fill(~before_e, low).logsumexp(-1)
+    out = {
+        "|q|": q.norm(dim=-1).mean(), "|k|": k.norm(dim=-1).mean(),
+        "local logit std": local.masked_select(in_e.expand_as(local)).std(),
+        "far logit std": logits.masked_select(before_e.expand_as(logits)).std(),
+    }
+    later = block >= 1  # queries that have keys before E^n
+    first = later & (pos % w < 8)
+    out["exact mass outside E"] = torch.sigmoid(lse_far - lse_local)[..., later].mean()
+    out["exact mass outside E (first 8)"] = torch.sigmoid(lse_far - lse_local)[..., first].mean()
+    causal = pos[None, :] <= pos[:, None]
+    exact = ((logits + bias * in_e).masked_fill(~causal, low).softmax(-1)) @ v
+    if attn.chunks is not None and s:
+        k_summary, _ = attn.chunks.uniform(q, k, v, s)
+        chunk_logits = (q @ k_summary.transpose(-1, -2)) * attn.scale  # B x H x N x C
+        visible = ((torch.arange(k_summary.size(2)) + 1) * s)[None, :] <= block[:, None] * w
+        lse_chunks = chunk_logits.masked_fill(~visible, low).logsumexp(-1)
+        out.update({
+            "|k~|": k_summary.norm(dim=-1).mean(),
+            "chunk logit std": chunk_logits.masked_select(visible.expand_as(chunk_logits)).std(),
+            "EVA mass on chunks": torch.sigmoid(lse_chunks - lse_local)[..., later].mean(),
+            "EVA mass on chunks (first 8)": torch.sigmoid(lse_chunks - lse_local)[..., first].mean(),
+            "lse far keys - lse chunks": (lse_far - lse_chunks)[..., later].mean(),
+        })
+    y = attn.attention(q, k, v)
+    out["rel. error vs softmax"] = ((y - exact).norm(dim=-1) / exact.norm(dim=-1))[..., later].mean()
+    return {name: float(value) for name, value in out.items()}
+
+
+def print_stats(label, stats):
+    print(f"{label}: " + ", ".join(f"{name} {value:.3f}" for name, value in stats.items()))
+
+
+@torch.no_grad()
+def checkpoint_report(path, data, subset, num_blocks, window):
+    from fairseq import checkpoint_utils
+    from fairseq_eva.attention import EVAAttention
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    model = models[0].eval()
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    samples = [dataset[i] for i in range(min(num_blocks, len(dataset)))]
+    samples = [s for s in samples if s["source"].numel() == samples[0]["source"].numel()]
+    src, tgt = torch.stack([s["source"] for s in samples]), torch.stack([s["target"] for s in samples])
+    inputs = []
+    layers = [layer.self_attn for layer in model.decoder.layers]
+
+    def keep_input(module, args, kwargs):  # fairseq passes the query by keyword, time first
+        inputs.append((args[0] if args else kwargs["query"]).transpose(0, 1))
+
+    hooks = [m.register_forward_pre_hook(keep_input, with_kwargs=True) for m in layers]
+    logits, _ = model(src)
+    for hook in hooks:
+        hook.remove()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), tgt, reduction="none")  # B x N
+    N = nll.size(1)
+    eva = [m for m in layers if isinstance(m, EVAAttention)]
+    w = eva[0].window_size if eva else window  # softmax models: positions split as EVA's windows would be
+    pos = torch.arange(N)
+    print(f"== {path}: {len(samples)} blocks of {N} tokens of {subset}; loss (nats) {nll.mean():.3f}")
+    parts = {"first window (positions 0..w-1)": pos < w, "later windows": pos >= w,
+             "later windows, first 8 positions": (pos >= w) & (pos % w < 8),
+             "later windows, positions 8..w/2-1": (pos >= w) & (pos % w >= 8) & (pos % w < w // 2),
+             "later windows, positions w/2..w-1": (pos >= w) & (pos % w >= w // 2)}
+    print(f"   window w = {w}: " + ", ".join(f"{name} {nll[:, mask].mean():.3f}" for name, mask in parts.items()))
+    for i, (attn, x) in enumerate(zip(layers, inputs)):
+        if isinstance(attn, EVAAttention) and attn.causal and not attn.overlap:
+            print_stats(f"   layer {i}", layer_stats(attn, x))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoints", nargs="*", help="fairseq language-model checkpoints")
+    parser.add_argument("--data", help="binarised data folder (the checkpoint's dictionary)")
+    parser.add_argument("--subset", default="valid", help="subset to read blocks from (valid)")
+    parser.add_argument("--num-blocks", type=int, default=32, help="blocks of tokens_per_sample to use (32)")
+    parser.add_argument("--init", action="store_true", help="statistics of a fresh EVAAttention instead")
+    parser.add_argument("--embed-dim", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--window", type=int, default=128)
+    parser.add_argument("--chunk-size", type=int, default=8)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    if args.init:
+        from fairseq_eva.attention import EVAAttention
+
+        attn = EVAAttention(args.embed_dim, args.heads, causal=True, window_size=args.window,
+                            chunk_size=args.chunk_size).eval()
+        x = torch.nn.functional.layer_norm(torch.randn(2, args.length, args.embed_dim), (args.embed_dim,))
+        with torch.no_grad():
+            print_stats(f"init (d_model {args.embed_dim}, {args.heads} heads, w {args.window}, s {args.chunk_size},"
+                        f" log s = {math.log(args.chunk_size):.3f})", layer_stats(attn, x))
+    elif not args.checkpoints or not args.data:
+        parser.error("give checkpoints and --data, or --init")
+    for path in args.checkpoints:
+        checkpoint_report(path, args.data, args.subset, args.num_blocks, args.window)
+
+
+if __name__ == "__main__":
+    main()
