@@ -75,6 +75,7 @@ def print_stats(label, stats):
 @torch.no_grad()
 def checkpoint_report(path, data, subset, num_blocks, window):
     from fairseq import checkpoint_utils
+
     from fairseq_eva.attention import EVAAttention
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})

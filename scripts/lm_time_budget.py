@@ -169,7 +169,8 @@ def report(args, results):
              f"| row | updates | CPU s | valid_small ppl | test ppl, context 0 | context {half} |", "|---|---|---|---|---|---|"]
     for row, ppl in results.items():
         last = curves[row][-1] if curves[row] else {"updates": 0, "cpu_s": 0, "ppl": float("nan")}
-        lines.append(f"| {row} | {last['updates']} | {last['cpu_s']:.0f} | {last['ppl']:.2f} | {ppl['0']:.2f} | {ppl[str(half)]:.2f} |")
+        lines.append(f"| {row} | {last['updates']} | {last['cpu_s']:.0f} | {last['ppl']:.2f} | {ppl['0']:.2f} | "
+                     f"{ppl[str(half)]:.2f} |")
     lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
     lines += [f"- {row}: `{open(os.path.join(args.work, row, 'command.txt')).read().strip()}`" for row in results]
     with open(os.path.join(args.work, "results.md"), "w") as f:
