@@ -20,8 +20,6 @@ the backward draws the same mask again instead of storing it.
 import torch
 import torch.nn.functional as F
 
-from .layout import BlockLayout  # noqa: F401 (the type of `layout` below)
-
 # logits a group holds at most (heads x queries x keys). CPU: 4 MiB of float32, so that the passes over a
 # group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a bounded transient memory.
 GROUP_ELEMENTS = {"cpu": 2**20, "cuda": 2**24}
@@ -141,8 +139,8 @@ def _local_bias(layout, grid, dtype, device):
 class BlockwiseAttention(torch.autograd.Function):
     """q, k, v: B x H x N x d, N a multiple of the window (a query block never straddles the end);
     k_summary, beta: B x H x C x d or None; grid: the bias of the local keys, H x w x width, or None;
-    lengths: B, the real tokens of each row (keys at or after it are hidden); chunk_ok: B x C or None.
-    Returns Y, B x H x N x d (a view of B x N x H x d memory)."""
+    lengths: B, the real tokens of each row (keys at or after it are hidden); chunk_ok: B x C or None;
+    layout: a layout.BlockLayout. Returns Y, B x H x N x d (a view of B x N x H x d memory)."""
 
     @staticmethod
     def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
