@@ -63,12 +63,6 @@ def _groups(layout, num_blocks, heads, num_chunks, device):
         b0 = b1
 
 
-def _window_positions(layout, b0, b1, device):
-    """Key positions of blocks [b0, b1): (b1 - b0) x width."""
-    blocks = torch.arange(b0, b1, device=device)[:, None]
-    return blocks * layout.window + layout.offset + torch.arange(layout.width, device=device)
-
-
 def _local(t, layout, b0, b1):
     """The local keys (or values) of blocks [b0, b1) of t (B x H x N x d): B x H x G x width x d."""
     N, w = t.size(2), layout.window
@@ -95,7 +89,8 @@ class _Group:
             keys = torch.cat([keys, k_summary[:, :, None, : self.chunks].expand(shape)], dim=3)
             values = torch.cat([values, beta[:, :, None, : self.chunks].expand(shape)], dim=3)
         self.keys, self.values = keys, values  # B x H x G x (width + chunks) x d
-        self.positions = _window_positions(layout, b0, b1, q.device)  # G x width
+        self.positions = layout.key_positions(b0, b1, q.device)  # G x width
+        self.key_range = (b0 * w + layout.offset, (b1 - 1) * w + layout.offset + layout.width)  # [first, end)
 
     def rows_of(self, t):
         """The group's rows of a B x H x N x e tensor, as B x H x G x w x e."""
@@ -111,7 +106,7 @@ class _Group:
         local = S[..., : layout.width]
         if bias is not None:
             local.add_(bias)
-        if self.positions[0, 0] < 0 or self.positions[-1, -1] >= shortest:  # some key lies outside a sequence
+        if self.key_range[0] < 0 or self.key_range[1] > shortest:  # some key lies outside a sequence
             outside = (self.positions < 0) | (self.positions >= lengths[:, None, None])  # B x G x width
             local.masked_fill_(outside[:, None, :, None, :], low)
         if self.chunks:
@@ -130,7 +125,7 @@ def _local_bias(layout, grid, dtype, device):
     mask of keys after the query; 1 x H x 1 x w x width, or None."""
     bias = None if grid is None else grid[None, :, None]
     if layout.causal:
-        relative = _window_positions(layout, 0, 1, device) - torch.arange(layout.window, device=device)[:, None]
+        relative = layout.relative_positions(device)
         future = torch.zeros(relative.shape, dtype=dtype, device=device).masked_fill(relative > 0, torch.finfo(dtype).min)
         bias = future[None, None, None] if bias is None else bias + future
     return bias

@@ -224,15 +224,13 @@ class EVAAttention(nn.Module):
         """The RPE of every (query, local key) pair of a block, H x w x width (the same for all blocks), or None."""
         if self.rpe is None:
             return None
-        keys = torch.arange(layout.width, device=q.device) + layout.offset
-        return self.rpe(keys[None, :] - torch.arange(layout.window, device=q.device)[:, None]).to(q.dtype)
+        return self.rpe(layout.relative_positions(q.device)).to(q.dtype)
 
     def _use_blockwise(self, q, grid):
         """The kernel for this call (docs/design.md, "Kernels"): the fused kernels take no dropout and give no
         bias gradient; the causal one runs on the CPU only."""
-        fused_ok = not (grid is not None and grid.requires_grad) and self._dropout_p() == 0
-        if self.causal:
-            fused_ok = fused_ok and cpu_fused.accepts(q, False, 0.0)
+        needs_grad, dropout = grid is not None and grid.requires_grad, self._dropout_p()
+        fused_ok = cpu_fused.accepts(q, needs_grad, dropout) if self.causal else not needs_grad and dropout == 0
         if self.kernel == "fused" and not fused_ok:
             raise ValueError("kernel='fused' takes no attention dropout in training, no trainable RPE, "
                              "and (causal) CPU tensors; use kernel='auto' or 'blockwise'")
@@ -261,7 +259,7 @@ class EVAAttention(nn.Module):
     def _fused_bidirectional(self, q, k, v, k_summary, beta, chunk_ok, grid, lengths, layout, N):
         """One scaled_dot_product_attention over blocks, keys [block keys ; chunk summaries]."""
         B, H, Np, d = q.shape
-        w, nb, width = layout.window, Np // layout.window, layout.width
+        nb, width = Np // layout.window, layout.width
         keys, values = (self._block_keys(t, nb) for t in (k, v))  # B x nb x width x H x d
         if k_summary is not None:
             C = k_summary.size(2)
@@ -274,7 +272,7 @@ class EVAAttention(nn.Module):
         if grid is not None or out_of_sequence or chunk_ok is not None:
             bias = q.new_zeros(1, 1, 1, width) if grid is None else grid[None]
             if out_of_sequence:
-                key_pos = torch.arange(nb, device=q.device)[:, None] * w + layout.offset + torch.arange(width, device=q.device)
+                key_pos = layout.key_positions(0, nb, q.device)  # nb x width
                 length = N if lengths is None else lengths[:, None, None]
                 outside = ((key_pos < 0) | (key_pos >= length)).expand(B, nb, width)
                 bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), _low(q.dtype))
@@ -325,8 +323,8 @@ class EVAAttention(nn.Module):
         else:
             own_bias = prev_bias = None
             if grid is not None:
-                relative = torch.arange(w, device=q.device)[None, :] - torch.arange(w, device=q.device)[:, None]
-                own_bias = grid[None, :, :, -w:].masked_fill(relative > 0, _low(q.dtype))
+                future = layout.relative_positions(q.device)[:, -w:] > 0  # the own block's keys after the query
+                own_bias = grid[None, :, :, -w:].masked_fill(future, _low(q.dtype))
                 prev_bias = grid[None, :, :, :w] if self.overlap else None
             out = cpu_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale)
         return out[:, :, :N]

@@ -8,6 +8,8 @@ local keys (causal). docs/design.md, "Blocks and chunks", draws both layouts.
 
 from dataclasses import dataclass
 
+import torch
+
 
 def visible_causal_chunks(block: int, overlap: bool, chunks_per_block: int) -> int:
     """Causal EVA: block b sees the first (b - overlap) * w / s chunk summaries, those that end before
@@ -43,3 +45,13 @@ class BlockLayout:
         if not self.causal:
             return total
         return min(total, visible_causal_chunks(block, self.overlap, self.chunks_per_block))
+
+    def key_positions(self, b0: int, b1: int, device=None):
+        """Positions of the local keys of blocks [b0, b1): (b1 - b0) x width (some may lie outside the sequence)."""
+        blocks = torch.arange(b0, b1, device=device)[:, None]
+        return blocks * self.window + self.offset + torch.arange(self.width, device=device)
+
+    def relative_positions(self, device=None):
+        """Key position minus query position for every (query, local key) pair of a block: w x width, the same
+        for every block (what the relative position bias is a function of)."""
+        return self.key_positions(0, 1, device) - torch.arange(self.window, device=device)[:, None]
