@@ -131,6 +131,17 @@ def _local_bias(layout, grid, dtype, device):
     return bias
 
 
+def _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
+    """(index, group, P) for each group of blocks: what the forward computes and the backward recomputes."""
+    H, N = q.size(1), q.size(2)
+    bias = _local_bias(layout, grid, q.dtype, q.device)
+    shortest = int(lengths.min())
+    C = 0 if k_summary is None else k_summary.size(2)
+    for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
+        g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
+        yield i, g, torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+
+
 class BlockwiseAttention(torch.autograd.Function):
     """q, k, v: B x H x N x d, N a multiple of the window (a query block never straddles the end);
     k_summary, beta: B x H x C x d or None; grid: the bias of the local keys, H x w x width, or None;
@@ -140,13 +151,8 @@ class BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
         B, H, N, d = q.shape
-        bias = _local_bias(layout, grid, q.dtype, q.device)
-        shortest = int(lengths.min())
         out = q.new_empty(B, N, H, d).transpose(1, 2)
-        C = 0 if k_summary is None else k_summary.size(2)
-        for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
-            g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
-            P = torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+        for i, g, P in _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
             if dropout > 0:
                 P.mul_(_Dropout(P, dropout, seed + i).keep)
             y = torch.matmul(P.to(g.values.dtype), g.values)
@@ -160,18 +166,13 @@ class BlockwiseAttention(torch.autograd.Function):
         q, k, v, k_summary, beta, grid, lengths, chunk_ok = ctx.saved_tensors
         layout, scale, dropout = ctx.layout, ctx.scale, ctx.dropout
         B, H, N, d = q.shape
-        bias = _local_bias(layout, grid, q.dtype, q.device)
-        shortest = int(lengths.min())
         width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
         dq = q.new_empty(B, N, H, d).transpose(1, 2)
         dk, dv = (q.new_zeros(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
         d_summary = None if k_summary is None else torch.zeros_like(k_summary)
         d_beta = None if beta is None else torch.zeros_like(beta)
         d_grid = None if grid is None else torch.zeros_like(grid)
-        C = 0 if k_summary is None else k_summary.size(2)
-        for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
-            g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
-            P = torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+        for i, g, P in _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
             dy = g.rows_of(grad)  # B x H x G x w x d
             # (the `del`s keep at most three group-sized tensors alive at once)
             if dropout > 0:  # y = (Z * P) V: dV = (Z * P)^T dy, dP = Z * (dy V^T)

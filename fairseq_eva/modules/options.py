@@ -228,7 +228,6 @@ class EVAOptions:
         """Raise EVAOptionError naming the first bad option; `name(field)` is how the user writes a field's
         option. These are the conditions under which EVAAttention(embed_dim, num_heads, **self.kwargs())
         builds."""
-
         try:
             check_options(embed_dim, num_heads, **self.kwargs(), name=name)
         except ValueError as error:
