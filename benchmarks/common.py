@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -197,3 +198,22 @@ def save_figure(fig, path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def fairseq_json_records(log, kind):
+    """The JSON records that fairseq logs with --log-format json for `kind` (train_inner, valid, train)."""
+    records = []
+    for line in log.splitlines():
+        match = re.search(r"\|\s*" + kind + r"\s*\|\s*(\{.*\})\s*$", line) or re.search(
+            r"\[" + kind + r"\]\[INFO\] - (\{.*\})\s*$", line
+        )  # the second form: fairseq-hydra-train's logging
+        if match:
+            records.append({k: _number(v) for k, v in json.loads(match.group(1)).items()})
+    return records
+
+
+def _number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value

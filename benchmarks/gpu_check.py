@@ -29,7 +29,7 @@ import traceback
 
 import torch
 
-from benchmarks import speed
+from benchmarks import common, speed
 from fairseq_eva.attention import EVAAttention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +165,7 @@ def fairseq_check(out, quick, device_args=("--fp16",), updates=None, data=None):
     if not os.path.exists(os.path.join(lm, "dict.txt")):
         tool("preprocess", "--only-source", "--trainpref", f"{SAMPLE}/doc_en/train.txt", "--validpref",
              f"{SAMPLE}/doc_en/valid.txt", "--destdir", lm, "--nwordssrc", "8000", "--workers", "4")
-    common = ["--user-dir", os.path.join(REPO, "fairseq_eva"), *device_args, "--optimizer", "adam", "--lr", "5e-4",
+    train_args = ["--user-dir", os.path.join(REPO, "fairseq_eva"), *device_args, "--optimizer", "adam", "--lr", "5e-4",
               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--max-update", str(updates), "--no-save",
               "--log-format", "json", "--log-interval", str(max(1, updates // 20)), "--seed", "1", "--disable-validation",
               "--num-workers", "0"]
@@ -182,10 +182,10 @@ def fairseq_check(out, quick, device_args=("--fp16",), updates=None, data=None):
     for name, args in runs.items():
         log = os.path.join(out, re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".log")
         start = time.time()
-        text = tool("train", *args, *common, log=log)  # (an abort at exit after "done training" is logged, not fatal)
-        records = [json.loads(m.group(1)) for m in re.finditer(r"\|\s*train_inner\s*\|\s*(\{.*\})", text)]
-        losses = [float(r["loss"]) for r in records]
-        wps = [float(r["wps"]) for r in records[1:]]  # the first interval holds the start-up
+        text = tool("train", *args, *train_args, log=log)  # (an abort at exit after "done training" is logged, not fatal)
+        records = common.fairseq_json_records(text, "train_inner")
+        losses = [r["loss"] for r in records]
+        wps = [r["wps"] for r in records[1:]]  # the first interval holds the start-up
         nan = float("nan")
         rows.append(dict(run=name, updates=updates, first_loss=losses[0] if losses else nan,
                          last_loss=losses[-1] if losses else nan, finite=bool(losses) and all(map(math.isfinite, losses)),

@@ -1,13 +1,13 @@
 """Shared helpers of the fairseq tests (tests/test_fairseq_*.py): running fairseq's command-line tools
 in subprocesses, parsing their logs, and preparing subsets of the bundled sample once per session."""
 
-import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.common import fairseq_json_records as json_records  # noqa: F401 (the tests' name for it)
 
 REPO = Path(__file__).resolve().parents[1]
 USER_DIR = str(REPO / "fairseq_eva")
@@ -42,25 +42,6 @@ def run(tool, *args, cwd=None, input=None, timeout=600, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.log[-6000:]}")
     return proc
-
-
-def json_records(log, kind):
-    """The JSON records that fairseq logs with --log-format json for `kind` (train_inner, valid, train)."""
-    records = []
-    for line in log.splitlines():
-        match = re.search(r"\|\s*" + kind + r"\s*\|\s*(\{.*\})\s*$", line) or re.search(
-            r"\[" + kind + r"\]\[INFO\] - (\{.*\})\s*$", line
-        )  # the second form: fairseq-hydra-train's logging
-        if match:
-            records.append({k: _number(v) for k, v in json.loads(match.group(1)).items()})
-    return records
-
-
-def _number(value):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
 
 
 def is_finite(x):
