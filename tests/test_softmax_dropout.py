@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from fairseq_eva.attention import softmax_dropout
+from fairseq_eva.attention import EVAAttention, softmax_dropout
 
 LOW = torch.finfo(torch.float32).min
 
@@ -65,3 +65,31 @@ def test_softmax_rows_sum_to_one_and_masked_keys_get_nothing():
     assert P[0, 1, 0, 2, 1] == 0 and (P[:, :, :, 0, 3:5] == 0).all()
     expected = torch.softmax(torch.cat([S[..., :5] + bias[None, :, None], S[..., 5:]], -1), -1)
     torch.testing.assert_close(P, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(window_size=4, num_chunks=3), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
+    ids=["bidirectional", "causal"],
+)
+def test_the_layer_trains_alike_on_both_implementations(options, monkeypatch):
+    """An EVA layer in training, float32, trainable RPE and dropout, padded: outputs and every gradient the
+    same with the C loops and with the PyTorch passes (which the float64 tests check against the definition)."""
+    if softmax_dropout.library() is None:
+        pytest.skip("the C loops did not build")
+    torch.manual_seed(0)
+    mod = EVAAttention(16, 2, use_rpe=True, dropout=0.2, **options).train()
+    x = torch.randn(2, 21, 16, requires_grad=True)
+    pad = torch.zeros(2, 21, dtype=torch.bool)
+    pad[1, 17:] = True
+
+    def run():
+        torch.manual_seed(1)
+        y = mod(x, key_padding_mask=None if mod.causal else pad)
+        return [y, *torch.autograd.grad(y.square().sum(), [x, *mod.parameters()])]
+
+    compiled = run()
+    monkeypatch.setattr(softmax_dropout, "_library", False)
+    reference = run()
+    for c, t in zip(compiled, reference):
+        torch.testing.assert_close(c, t, atol=2e-5, rtol=1e-4)
