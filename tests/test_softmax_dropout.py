@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from fairseq_eva.attention import EVAAttention, softmax_dropout
+from fairseq_eva.attention import EVAAttention, blockwise, softmax_dropout
 
 LOW = torch.finfo(torch.float32).min
 
@@ -72,11 +72,14 @@ def test_softmax_rows_sum_to_one_and_masked_keys_get_nothing():
     [dict(window_size=4, num_chunks=3), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
     ids=["bidirectional", "causal"],
 )
-def test_the_layer_trains_alike_on_both_implementations(options, monkeypatch):
+@pytest.mark.parametrize("group_elements", [2**20, 64], ids=["one group", "a group a block"])
+def test_the_layer_trains_alike_on_both_implementations(options, group_elements, monkeypatch):
     """An EVA layer in training, float32, trainable RPE and dropout, padded: outputs and every gradient the
-    same with the C loops and with the PyTorch passes (which the float64 tests check against the definition)."""
+    same with the C loops and with the PyTorch passes (which the float64 tests check against the definition).
+    With a group a block, each group's rows of the saved log-sum-exp are a strided slice."""
     if softmax_dropout.library() is None:
         pytest.skip("the C loops did not build")
+    monkeypatch.setitem(blockwise.GROUP_ELEMENTS, "cpu", group_elements)
     torch.manual_seed(0)
     mod = EVAAttention(16, 2, use_rpe=True, dropout=0.2, **options).train()
     x = torch.randn(2, 21, 16, requires_grad=True)

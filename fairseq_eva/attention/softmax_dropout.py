@@ -298,6 +298,7 @@ def forward(S, bias, seen, p, seed):
         return forward_torch(S, bias, seen, p, seed)
     lse = S.new_empty(S.shape[:-1])
     bias = None if bias is None else bias.contiguous()
+    assert S.is_contiguous()
     library().eva_softmax_dropout_forward(_ptr(S), _ptr(lse), _ptr(bias), _seen_array(seen), *_dims(S, bias), threshold(p),
                                           keep_scale(p), *_seed_words(seed), torch.get_num_threads())
     return lse
@@ -307,8 +308,10 @@ def backward(S, dP, lse, D, bias, seen, d_bias, p, seed):
     """backward_torch, by the C loop where it applies."""
     if not _use_c(S):
         return backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed)
+    # bound to names: a temporary's memory would be freed before the C loop reads it
     bias = None if bias is None else bias.contiguous()
-    assert d_bias is None or d_bias.is_contiguous()
-    library().eva_softmax_dropout_backward(_ptr(S), _ptr(dP), _ptr(lse.contiguous()), _ptr(D.contiguous()), _ptr(bias),
+    lse, D = lse.contiguous(), D.contiguous()
+    assert S.is_contiguous() and dP.is_contiguous() and (d_bias is None or d_bias.is_contiguous())
+    library().eva_softmax_dropout_backward(_ptr(S), _ptr(dP), _ptr(lse), _ptr(D), _ptr(bias),
                                            _seen_array(seen), _ptr(d_bias), *_dims(S, bias), threshold(p), keep_scale(p),
                                            *_seed_words(seed), torch.get_num_threads())
