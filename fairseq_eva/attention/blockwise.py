@@ -132,11 +132,9 @@ class BlockwiseAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
         B, H, N, d = q.shape
         out = q.new_empty(B, N, H, d).transpose(1, 2)
-        lse = None
+        lse = q.new_empty(B, H, N, dtype=torch.promote_types(q.dtype, torch.float32))  # S's dtype (see logits)
+        bias = _local_bias(layout, grid, H, lse.dtype, q.device)
         for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
-            if lse is None:
-                lse = S.new_empty(B, H, N)
-                bias = _local_bias(layout, grid, H, S.dtype, S.device)
             lse[:, :, g.rows] = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i).flatten(2, 3)
             out[:, :, g.rows] = torch.matmul(S.to(g.values.dtype), g.values).flatten(2, 3)
         ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse)
