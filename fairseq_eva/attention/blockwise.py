@@ -135,8 +135,9 @@ class BlockwiseAttention(torch.autograd.Function):
         lse = q.new_empty(B, H, N, dtype=torch.promote_types(q.dtype, torch.float32))  # S's dtype (see logits)
         bias = _local_bias(layout, grid, H, lse.dtype, q.device)
         for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
-            lse[:, :, g.rows] = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i).flatten(2, 3)
-            out[:, :, g.rows] = torch.matmul(S.to(g.values.dtype), g.values).flatten(2, 3)
+            PZ, g_lse = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i)
+            lse[:, :, g.rows] = g_lse.flatten(2, 3)
+            out[:, :, g.rows] = torch.matmul(PZ.to(g.values.dtype), g.values).flatten(2, 3)
         ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse)
         ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
         return out
@@ -159,13 +160,14 @@ class BlockwiseAttention(torch.autograd.Function):
             dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(S.dtype)
             D = (dy.to(S.dtype) * g.rows_of(out).to(S.dtype)).sum(-1)  # rowsum(dY * Y)
             l_rows = lse[:, :, g.rows].unflatten(2, (g.size, -1))
-            softmax_dropout.backward(S, dP, l_rows, D, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
-            d_values = torch.matmul(S.to(dy.dtype).transpose(-1, -2), dy)  # S holds Z * P: B x H x G x keys x d
-            del S
-            dS = dP.to(g.keys.dtype)
+            PZ, dS = softmax_dropout.backward(S, dP, l_rows, D, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
+            del S, dP
+            d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
+            del PZ
+            dS = dS.to(g.keys.dtype)
             dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
             d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
-            del dS, dP
+            del dS
             if own_keys:
                 dk[:, :, g.rows] = d_keys[:, :, :, :width].flatten(2, 3)
                 dv[:, :, g.rows] = d_values[:, :, :, :width].flatten(2, 3)

@@ -12,7 +12,8 @@ D = rowsum(dY * Y) (= rowsum(P * Z * dP), FlashAttention's identity):
 
     P = exp(x - lse),   S <- Z * P (for dV),   dP <- dS = P * (Z * dP - D),   d_bias += dS over blocks.
 
-Each pass is written twice: in PyTorch (any device and dtype: the reference) and, for float32 CPU tensors,
+Each pass is written twice: in PyTorch (any device and dtype: the reference, with torch's fused softmax and
+its backward, which recompute lse and D themselves) and, for float32 CPU tensors,
 as one C loop per row compiled on first use (a few seconds, cached; no compiler: the PyTorch passes run).
 The C loop reads each row once where PyTorch makes five to eight passes over the group; on the CPU those
 passes, not the matrix products, made the blockwise kernel slower than torch's fused one.
@@ -204,33 +205,35 @@ def _hide_unseen(S, seen):
 
 
 def forward_torch(S, bias, seen, p, seed):
-    """Z * softmax(S + [bias ; 0]) in place of S; returns lse (B x H x G x w)."""
+    """(Z * softmax(S + [bias ; 0]), lse), lse B x H x G x w; S is overwritten."""
     width = 0 if bias is None else bias.size(-1)
     if bias is not None:
         S[..., :width].add_(_bias_view(bias))
     _hide_unseen(S, seen)
     lse = torch.logsumexp(S, dim=-1)
-    S.sub_(lse.unsqueeze(-1)).exp_()
+    P = torch.softmax(S, dim=-1)
     if p > 0:
-        S.mul_(_mask(S, p, seed))
-    return lse
+        P.mul_(_mask(P, p, seed))
+    return P, lse
 
 
 def backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed):
-    """S <- Z * P and dP <- dS in place; d_bias (H x w x width) += dS of the local keys over blocks."""
+    """(Z * P, dS); d_bias (H x w x width) += dS of the local keys over blocks. S and dP are overwritten.
+    The fused softmax and its backward recompute what lse and D hold (fewer passes on a GPU)."""
     width = 0 if bias is None else bias.size(-1)
     if bias is not None:
         S[..., :width].add_(_bias_view(bias))
     _hide_unseen(S, seen)
-    P = S.sub_(lse.unsqueeze(-1)).exp_()
+    P = torch.softmax(S, dim=-1)
     if p > 0:
-        Z = _mask(S, p, seed)
+        Z = _mask(P, p, seed)
         dP.mul_(Z)
-    dP.sub_(D.unsqueeze(-1)).mul_(P)
+    dS = torch._softmax_backward_data(dP, P, -1, P.dtype)  # P * (Z dP - rowsum(P Z dP))
     if p > 0:
         P.mul_(Z)
     if d_bias is not None:
-        d_bias += dP[..., :width].sum((0, 2))
+        d_bias += dS[..., :width].sum((0, 2))
+    return P, dS
 
 
 _library = None
@@ -293,7 +296,7 @@ def _seen_array(seen):
 
 
 def forward(S, bias, seen, p, seed):
-    """forward_torch, by the C loop where it applies (S contiguous float32 on the CPU)."""
+    """forward_torch, by the C loop where it applies (S contiguous float32 on the CPU), in place of S."""
     if not _use_c(S):
         return forward_torch(S, bias, seen, p, seed)
     lse = S.new_empty(S.shape[:-1])
@@ -301,11 +304,11 @@ def forward(S, bias, seen, p, seed):
     assert S.is_contiguous()
     library().eva_softmax_dropout_forward(_ptr(S), _ptr(lse), _ptr(bias), _seen_array(seen), *_dims(S, bias), threshold(p),
                                           keep_scale(p), *_seed_words(seed), torch.get_num_threads())
-    return lse
+    return S, lse
 
 
 def backward(S, dP, lse, D, bias, seen, d_bias, p, seed):
-    """backward_torch, by the C loop where it applies."""
+    """backward_torch, by the C loop where it applies, in place of S and dP."""
     if not _use_c(S):
         return backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed)
     # bound to names: a temporary's memory would be freed before the C loop reads it
@@ -315,3 +318,4 @@ def backward(S, dP, lse, D, bias, seen, d_bias, p, seed):
     library().eva_softmax_dropout_backward(_ptr(S), _ptr(dP), _ptr(lse), _ptr(D), _ptr(bias),
                                            _seen_array(seen), _ptr(d_bias), *_dims(S, bias), threshold(p), keep_scale(p),
                                            *_seed_words(seed), torch.get_num_threads())
+    return S, dP
