@@ -27,6 +27,7 @@ below round(p 2^16), and kept ones are scaled by 2^16 / (2^16 - that threshold),
 import ctypes
 import hashlib
 import os
+import platform
 import subprocess
 import tempfile
 import warnings
@@ -239,9 +240,19 @@ def backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed):
 _library = None
 
 
+def _cpu_signature():
+    """What -march=native depends on: a cache folder shared by different machines keeps one build each."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + flags
+
+
 def _compile():
     """The C loops as a shared library, compiled once per source and kept in the user's cache folder."""
-    digest = hashlib.sha1(C_SOURCE.encode()).hexdigest()[:12]
+    digest = hashlib.sha1((C_SOURCE + _cpu_signature()).encode()).hexdigest()[:12]
     folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "fairseq_eva")
     path = os.path.join(folder, f"softmax_dropout_{digest}.so")
     if not os.path.exists(path):
