@@ -13,10 +13,10 @@ D = rowsum(dY * Y) (= rowsum(P * Z * dP), FlashAttention's identity):
     P = exp(x - lse),   S <- Z * P (for dV),   dP <- dS = P * (Z * dP - D),   d_bias += dS over blocks.
 
 Each pass is written twice: in PyTorch (any device and dtype: the reference, with torch's fused softmax and
-its backward, which recompute lse and D themselves) and, for float32 CPU tensors,
-as one C loop per row compiled on first use (a few seconds, cached; no compiler: the PyTorch passes run).
-The C loop reads each row once where PyTorch makes five to eight passes over the group; on the CPU those
-passes, not the matrix products, made the blockwise kernel slower than torch's fused one.
+its backward, which recompute lse and D themselves) and, for float32 CPU tensors, as one C loop per row,
+compiled on first use (about a second, cached; without a compiler the PyTorch passes run). The C loop
+reads each row once where PyTorch makes several passes over the group; on the CPU those passes, not the
+matrix products, made the blockwise kernel slower than torch's fused one.
 
 Dropout masks are a function of (seed, element): on the CPU a counter-based hash (the same in both
 implementations, so the backward draws the forward's mask again and the two can be compared); on other
