@@ -40,6 +40,7 @@ C_SOURCE = r"""
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* lowbias32 (C. Wellons): a bijection of 32-bit integers with good avalanche. */
@@ -47,10 +48,17 @@ static inline uint32_t mix32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16; return x;
 }
 
-/* The 16-bit dropout draw of element e of a group: two to a hash of (seed, e / 2). */
-static inline uint32_t draw16(uint32_t s0, uint32_t s1, uint32_t e) {
-    uint32_t h = mix32(mix32((e >> 1) + s0) ^ s1);
-    return (e & 1) ? h >> 16 : h & 0xFFFFu;
+/* The 16-bit dropout draws of elements [e0, e0 + n) of a group: two to a hash of (seed, e / 2), low half
+   first. They land in d[odd .. odd + n), odd = e0 & 1; d holds n + 2 at least. */
+static const uint16_t *draws16(uint32_t s0, uint32_t s1, uint32_t e0, int64_t n, uint16_t *restrict d) {
+    uint32_t p0 = e0 >> 1;
+    int64_t pairs = (int64_t)((e0 + (uint32_t)n + 1) >> 1) - p0;
+    for (int64_t k = 0; k < pairs; k++) {
+        uint32_t h = mix32(mix32(p0 + (uint32_t)k + s0) ^ s1);
+        d[2 * k] = (uint16_t)(h & 0xFFFFu);
+        d[2 * k + 1] = (uint16_t)(h >> 16);
+    }
+    return d + (e0 & 1);
 }
 
 static inline float max2(float a, float b) { return a > b ? a : b; }  /* vmaxps; fmaxf would be a call */
@@ -82,7 +90,11 @@ static inline void add_bias(float *restrict x, const float *restrict bias, int64
 void eva_softmax_dropout_forward(float *S, float *lse, const float *bias, const int64_t *seen, int64_t B, int64_t H, int64_t G,
                                  int64_t w, int64_t keys, int64_t width, uint32_t threshold, float scale,
                                  uint32_t s0, uint32_t s1, int threads) {
-    #pragma omp parallel for num_threads(threads) schedule(static)
+    #pragma omp parallel num_threads(threads)
+    {
+    uint16_t *buffer = threshold ? malloc((keys + 2) * sizeof *buffer) : 0;
+    if (threshold && !buffer) abort();
+    #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++)
         for (int64_t b = 0; b < B; b++)
             for (int64_t gi = 0; gi < G * w; gi++) {
@@ -101,11 +113,14 @@ void eva_softmax_dropout_forward(float *S, float *lse, const float *bias, const 
                 float inv = 1.0f / sum, kept = inv * scale;
                 uint32_t e0 = (uint32_t)(r * keys);
                 if (threshold) {
-                    for (int64_t j = 0; j < keys; j++) x[j] *= draw16(s0, s1, e0 + (uint32_t)j) >= threshold ? kept : 0.0f;
+                    const uint16_t *draw = draws16(s0, s1, e0, keys, buffer);
+                    for (int64_t j = 0; j < keys; j++) x[j] *= draw[j] >= threshold ? kept : 0.0f;
                 } else {
                     for (int64_t j = 0; j < keys; j++) x[j] *= inv;
                 }
             }
+    free(buffer);
+    }
 }
 
 void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const float *D, const float *bias,
@@ -113,7 +128,11 @@ void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const f
                                   int64_t width, uint32_t threshold, float scale, uint32_t s0, uint32_t s1,
                                   int threads) {
     /* heads in parallel: the rows of one head share its d_bias */
-    #pragma omp parallel for num_threads(threads) schedule(static)
+    #pragma omp parallel num_threads(threads)
+    {
+    uint16_t *buffer = threshold ? malloc((keys + 2) * sizeof *buffer) : 0;
+    if (threshold && !buffer) abort();
+    #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++)
         for (int64_t b = 0; b < B; b++)
             for (int64_t gi = 0; gi < G * w; gi++) {
@@ -125,9 +144,10 @@ void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const f
                 int64_t n = seen ? seen[gi / w] : keys;
                 for (int64_t j = n; j < keys; j++) x[j] = dp[j] = 0.0f;
                 if (threshold) {
+                    const uint16_t *draw = draws16(s0, s1, e0, n, buffer);
                     for (int64_t j = 0; j < n; j++) {
                         float p = exp_nonpositive(x[j] - l);
-                        float z = draw16(s0, s1, e0 + (uint32_t)j) >= threshold ? scale : 0.0f;
+                        float z = draw[j] >= threshold ? scale : 0.0f;
                         x[j] = p * z;
                         dp[j] = p * (z * dp[j] - d);
                     }
@@ -143,6 +163,8 @@ void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const f
                     for (int64_t j = 0; j < width; j++) db[j] += dp[j];
                 }
             }
+    free(buffer);
+    }
 }
 """
 
@@ -157,7 +179,12 @@ def keep_scale(p):
 
 
 def _seed_words(seed):
-    return seed & MASK32, (seed >> 32) & MASK32
+    """Two 32-bit words of splitmix64(seed): the groups' seeds seed + i give unrelated masks."""
+    z = (seed + 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    z ^= z >> 31
+    return z & MASK32, z >> 32
 
 
 def _mix32(x):
