@@ -67,6 +67,11 @@ def test_dropout_mask_has_rate_p_and_mean_one():
     assert abs(keep.mean().item() * softmax_dropout.keep_scale(0.1) - 1) < 2e-3
     assert torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=3, device=torch.device("cpu")))
     assert not torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=4, device=torch.device("cpu")))
+    # consecutive seeds (a kernel's groups) give unrelated masks, not shifted copies of one another
+    other = (softmax_dropout.draws((4, 512, 512), seed=4, device=torch.device("cpu")) >= softmax_dropout.threshold(0.1)).double()
+    for shift in range(4):
+        both = keep.flatten()[shift:] * other.flatten()[: other.numel() - shift]
+        assert abs(both.mean().item() - 0.81) < 4 * (0.81 * 0.19 / both.numel()) ** 0.5
     neighbours = keep.flatten()[:-1] * keep.flatten()[1:]  # independent elements: P(both kept) = 0.9^2
     assert abs(neighbours.mean().item() - (1 - dropped) ** 2) < 4 * (0.81 * 0.19 / neighbours.numel()) ** 0.5
 
