@@ -6,10 +6,10 @@ prefix of the chunk summaries. For a group of query blocks this module forms (do
     S = Q [K_local ; K~]^T / sqrt(d) + bias + mask,   P = softmax(S),   Y = (Z * P) [V_local ; beta],
 
 Z the dropout mask (0 with probability p, else 1 / (1 - p): fairseq's dropout on attention probabilities,
-local and chunk weights alike). Nothing of size N x keys is kept, only Y and the log-sum-exp of each
-query's logits: the backward recomputes S and P group by group, as FlashAttention does, and
+local and chunk weights alike). Nothing of size N x keys is kept, only the log-sum-exp of each query's
+logits: the backward recomputes S and P group by group, as FlashAttention does, and
 
-    dS = P * (Z * dP - rowsum(dY * Y)),   dP = dY [V_local ; beta]^T,
+    dS = P * (Z * dP - rowsum(P * Z * dP)),   dP = dY [V_local ; beta]^T,
 
 which gives dQ, dK, dV, the chunk summaries' gradients, and the bias gradient: dS of the local keys summed
 over blocks, one value per (head, query offset, key offset) for the caller to map onto its buckets.
@@ -138,13 +138,13 @@ class BlockwiseAttention(torch.autograd.Function):
             PZ, g_lse = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i)
             lse[:, :, g.rows] = g_lse.flatten(2, 3)
             out[:, :, g.rows] = torch.matmul(PZ.to(g.values.dtype), g.values).flatten(2, 3)
-        ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse)
+        ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse)
         ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse = ctx.saved_tensors
+        q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse = ctx.saved_tensors
         layout, scale, dropout = ctx.layout, ctx.scale, ctx.dropout
         B, H, N, d = q.shape
         width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
@@ -158,9 +158,8 @@ class BlockwiseAttention(torch.autograd.Function):
         for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
             dy = g.rows_of(grad)  # B x H x G x w x d
             dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(S.dtype)
-            D = (dy.to(S.dtype) * g.rows_of(out).to(S.dtype)).sum(-1)  # rowsum(dY * Y)
             l_rows = lse[:, :, g.rows].unflatten(2, (g.size, -1))
-            PZ, dS = softmax_dropout.backward(S, dP, l_rows, D, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
+            PZ, dS = softmax_dropout.backward(S, dP, l_rows, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
             del S, dP
             d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
             del PZ

@@ -7,13 +7,15 @@ Forward, row by row (S is overwritten):
 
     x = S + [bias ; 0],   lse = log sum exp x,   P = exp(x - lse),   S <- Z * P,
 
-Z the dropout mask (0 or scale). Backward, given the logits S again, dP = dY V^T, lse and
-D = rowsum(dY * Y) (= rowsum(P * Z * dP), FlashAttention's identity):
+Z the dropout mask (0 or scale). Backward, given the logits S again, dP = dY V^T and lse:
 
-    P = exp(x - lse),   S <- Z * P (for dV),   dP <- dS = P * (Z * dP - D),   d_bias += dS over blocks.
+    P = exp(x - lse),   S <- Z * P (for dV),   dP <- dS = P * (Z * dP - rowsum(P * Z * dP)),
+    d_bias += dS over blocks.
+
+(rowsum(P * Z * dP) is rowsum(dY * Y), but taking it from Y would keep Y alive until this backward.)
 
 Each pass is written twice: in PyTorch (any device and dtype: the reference, with torch's fused softmax and
-its backward, which recompute lse and D themselves) and, for float32 CPU tensors, as one C loop per row,
+its backward, which recompute lse themselves) and, for float32 CPU tensors, as one C loop per row,
 compiled on first use (about a second, cached; without a compiler the PyTorch passes run). The C loop
 reads each row once where PyTorch makes several passes over the group; on the CPU those passes, not the
 matrix products, made the blockwise kernel slower than torch's fused one.
@@ -123,7 +125,7 @@ void eva_softmax_dropout_forward(float *S, float *lse, const float *bias, const 
     }
 }
 
-void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const float *D, const float *bias,
+void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const float *bias,
                                   const int64_t *seen, float *d_bias, int64_t B, int64_t H, int64_t G, int64_t w, int64_t keys,
                                   int64_t width, uint32_t threshold, float scale, uint32_t s0, uint32_t s1,
                                   int threads) {
@@ -131,7 +133,8 @@ void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const f
     #pragma omp parallel num_threads(threads)
     {
     uint16_t *buffer = threshold ? malloc((keys + 2) * sizeof *buffer) : 0;
-    if (threshold && !buffer) abort();
+    float *P = malloc(keys * sizeof *P);
+    if ((threshold && !buffer) || !P) abort();
     #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; h++)
         for (int64_t b = 0; b < B; b++)
@@ -139,31 +142,26 @@ void eva_softmax_dropout_backward(float *S, float *dP, const float *lse, const f
                 int64_t r = (b * H + h) * G * w + gi;
                 float *restrict x = S + r * keys, *restrict dp = dP + r * keys;
                 add_bias(x, bias ? bias + (h * w + gi % w) * width : 0, width);
-                float l = lse[r], d = D[r];
-                uint32_t e0 = (uint32_t)(r * keys);
+                float l = lse[r], d = 0.0f;
                 int64_t n = seen ? seen[gi / w] : keys;
                 for (int64_t j = n; j < keys; j++) x[j] = dp[j] = 0.0f;
+                for (int64_t j = 0; j < n; j++) P[j] = exp_nonpositive(x[j] - l);
                 if (threshold) {
-                    const uint16_t *draw = draws16(s0, s1, e0, n, buffer);
-                    for (int64_t j = 0; j < n; j++) {
-                        float p = exp_nonpositive(x[j] - l);
-                        float z = draw[j] >= threshold ? scale : 0.0f;
-                        x[j] = p * z;
-                        dp[j] = p * (z * dp[j] - d);
-                    }
+                    const uint16_t *draw = draws16(s0, s1, (uint32_t)(r * keys), n, buffer);
+                    for (int64_t j = 0; j < n; j++) x[j] = draw[j] >= threshold ? scale * P[j] : 0.0f;
                 } else {
-                    for (int64_t j = 0; j < n; j++) {
-                        float p = exp_nonpositive(x[j] - l);
-                        x[j] = p;
-                        dp[j] = p * (dp[j] - d);
-                    }
+                    for (int64_t j = 0; j < n; j++) x[j] = P[j];
                 }
+                #pragma omp simd reduction(+ : d)
+                for (int64_t j = 0; j < n; j++) d += x[j] * dp[j];
+                for (int64_t j = 0; j < n; j++) dp[j] = x[j] * dp[j] - P[j] * d;  /* P (Z dP - d) */
                 if (d_bias) {
                     float *db = d_bias + (h * w + gi % w) * width;
                     for (int64_t j = 0; j < width; j++) db[j] += dp[j];
                 }
             }
     free(buffer);
+    free(P);
     }
 }
 """
@@ -245,9 +243,9 @@ def forward_torch(S, bias, seen, p, seed):
     return P, lse
 
 
-def backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed):
+def backward_torch(S, dP, lse, bias, seen, d_bias, p, seed):
     """(Z * P, dS); d_bias (H x w x width) += dS of the local keys over blocks. S and dP are overwritten.
-    The fused softmax and its backward recompute what lse and D hold (fewer passes on a GPU)."""
+    The fused softmax recomputes what lse holds (fewer passes on a GPU)."""
     width = 0 if bias is None else bias.size(-1)
     if bias is not None:
         S[..., :width].add_(_bias_view(bias))
@@ -295,7 +293,7 @@ def _compile():
     lib = ctypes.CDLL(path)
     i64, u32, f32, ptr = ctypes.c_int64, ctypes.c_uint32, ctypes.c_float, ctypes.c_void_p
     lib.eva_softmax_dropout_forward.argtypes = [ptr] * 4 + [i64] * 6 + [u32, f32, u32, u32, ctypes.c_int]
-    lib.eva_softmax_dropout_backward.argtypes = [ptr] * 7 + [i64] * 6 + [u32, f32, u32, u32, ctypes.c_int]
+    lib.eva_softmax_dropout_backward.argtypes = [ptr] * 6 + [i64] * 6 + [u32, f32, u32, u32, ctypes.c_int]
     return lib
 
 
@@ -345,15 +343,15 @@ def forward(S, bias, seen, p, seed):
     return S, lse
 
 
-def backward(S, dP, lse, D, bias, seen, d_bias, p, seed):
+def backward(S, dP, lse, bias, seen, d_bias, p, seed):
     """backward_torch, by the C loop where it applies, in place of S and dP."""
     if not _use_c(S):
-        return backward_torch(S, dP, lse, D, bias, seen, d_bias, p, seed)
+        return backward_torch(S, dP, lse, bias, seen, d_bias, p, seed)
     # bound to names: a temporary's memory would be freed before the C loop reads it
     bias = None if bias is None else bias.contiguous()
-    lse, D = lse.contiguous(), D.contiguous()
+    lse = lse.contiguous()
     assert S.is_contiguous() and dP.is_contiguous() and (d_bias is None or d_bias.is_contiguous())
-    library().eva_softmax_dropout_backward(_ptr(S), _ptr(dP), _ptr(lse), _ptr(D), _ptr(bias),
+    library().eva_softmax_dropout_backward(_ptr(S), _ptr(dP), _ptr(lse), _ptr(bias),
                                            _seen_array(seen), _ptr(d_bias), *_dims(S, bias), threshold(p), keep_scale(p),
                                            *_seed_words(seed), torch.get_num_threads())
     return S, dP
