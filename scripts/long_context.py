@@ -256,8 +256,6 @@ def approximate(args, bin_dir, env):
     if os.path.exists(result):
         return json.load(open(result))
     eva = row_dir(args.work, "lm", "eva")
-    if not os.path.exists(os.path.join(eva, "done")):
-        sys.exit(f"error: the approx task needs the trained EVA language model ({eva}/done): run --task lm with the eva row first")
     log(f"approx: EVA and local attention against softmax in each layer of {eva}/checkpoint_last.pt")
     run([sys.executable, os.path.abspath(__file__), "_approx", os.path.join(eva, "checkpoint_last.pt"), bin_dir,
          "valid_small", args.approx_blocks, args.tokens_per_sample, result + ".tmp"], env,
@@ -424,6 +422,11 @@ def main():
         checkpoint, data, subset, blocks, length, output = sys.argv[2:]
         return json.dump(approximation_errors(checkpoint, data, subset, int(blocks), int(length)), open(output, "w"))
     args = parse_args()
+    eva = row_dir(args.work, "lm", "eva")
+    if "approx" in args.tasks and not os.path.exists(os.path.join(eva, "done")) and not (
+            "lm" in args.tasks and "eva" in args.rows):
+        sys.exit(f"error: the approx task needs the trained EVA language model ({eva}/done): run --task lm with "
+                 "the eva row first")
     os.makedirs(args.work, exist_ok=True)
     tools = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": str(args.threads),
