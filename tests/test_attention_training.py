@@ -10,8 +10,8 @@ import pytest
 import torch
 from test_attention import F64, TOL, _fixed_noise, inputs, make, reference_eva
 
-from fairseq_eva.attention import EVAAttention, cpu_fused, eva
-from fairseq_eva.attention.blockwise import _Dropout, blockwise_attention
+from fairseq_eva.attention import EVAAttention, cpu_fused, eva, softmax_dropout
+from fairseq_eva.attention.blockwise import blockwise_attention
 from fairseq_eva.attention.layout import BlockLayout
 
 CASES = [
@@ -57,12 +57,18 @@ def test_training_gradients_match_the_definition(options, monkeypatch):
 
 
 def test_dropout_mask_has_rate_p_and_mean_one():
-    keep = _Dropout(torch.empty(4, 512, 512), 0.1, seed=3).keep
+    draws = softmax_dropout.draws((4, 512, 512), seed=3, device=torch.device("cpu"))
+    assert draws.min() >= 0 and draws.max() < 2**16
+    counts = torch.bincount(draws.flatten() >> 12, minlength=16).double()  # 16 bins of the 16-bit draws: uniform
+    assert ((counts - counts.mean()).square() / counts.mean()).sum() < 50  # chi-square, 15 degrees of freedom
+    keep = (draws >= softmax_dropout.threshold(0.1)).double()
     dropped = 1 - keep.mean().item()
     assert abs(dropped - 0.1) < 4 * (0.1 * 0.9 / keep.numel()) ** 0.5
-    assert abs(keep.mean().item() * _Dropout.scale(0.1) - 1) < 2e-3
-    assert torch.equal(keep, _Dropout(torch.empty(4, 512, 512), 0.1, seed=3).keep)
-    assert not torch.equal(keep, _Dropout(torch.empty(4, 512, 512), 0.1, seed=4).keep)
+    assert abs(keep.mean().item() * softmax_dropout.keep_scale(0.1) - 1) < 2e-3
+    assert torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=3, device=torch.device("cpu")))
+    assert not torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=4, device=torch.device("cpu")))
+    neighbours = keep.flatten()[:-1] * keep.flatten()[1:]  # independent elements: P(both kept) = 0.9^2
+    assert abs(neighbours.mean().item() - (1 - dropped) ** 2) < 4 * (0.81 * 0.19 / neighbours.numel()) ** 0.5
 
 
 @pytest.mark.parametrize("options", [CASES[1], CASES[4]], ids=str)

@@ -1,4 +1,4 @@
-"""EVA's joint softmax, block by block, in plain PyTorch: a trainable bias and dropout, any device, linear memory.
+"""EVA's joint softmax, block by block: a trainable bias and dropout, any device, linear memory.
 
 Every block of w queries attends, in one softmax, to its local keys (a window of the sequence) and to a
 prefix of the chunk summaries. For a group of query blocks this module forms (docs/design.md, "Kernels")
@@ -6,46 +6,26 @@ prefix of the chunk summaries. For a group of query blocks this module forms (do
     S = Q [K_local ; K~]^T / sqrt(d) + bias + mask,   P = softmax(S),   Y = (Z * P) [V_local ; beta],
 
 Z the dropout mask (0 with probability p, else 1 / (1 - p): fairseq's dropout on attention probabilities,
-local and chunk weights alike). Nothing of size N x keys is kept: the backward recomputes S and P group by
-group, as FlashAttention does, and
+local and chunk weights alike). Nothing of size N x keys is kept, only Y and the log-sum-exp of each
+query's logits: the backward recomputes S and P group by group, as FlashAttention does, and
 
-    dS = P * (Z * dP - rowsum(P * Z * dP)),   dP = dY [V_local ; beta]^T,
+    dS = P * (Z * dP - rowsum(dY * Y)),   dP = dY [V_local ; beta]^T,
 
 which gives dQ, dK, dV, the chunk summaries' gradients, and the bias gradient: dS of the local keys summed
 over blocks, one value per (head, query offset, key offset) for the caller to map onto its buckets.
-Groups are sized to stay in the CPU's cache; each group draws its dropout mask from a seed of its own, so
-the backward draws the same mask again instead of storing it.
+The matrix products are torch's; the passes between them (bias, softmax, dropout and their backward) are
+softmax_dropout.py's. Groups are sized to stay in the CPU's cache; each group's dropout mask is a function
+of a seed of its own, so the backward draws the same mask again instead of storing it.
 """
 
 import torch
 import torch.nn.functional as F
 
+from . import softmax_dropout
+
 # logits a group holds at most (heads x queries x keys). CPU: 4 MiB of float32, so that the passes over a
 # group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a bounded transient memory.
 GROUP_ELEMENTS = {"cpu": 2**20, "cuda": 2**24}
-
-
-class _Dropout:
-    """A group's dropout mask: `keep` is 0 where a uniform 16-bit draw falls among the lowest round(p 2^16)
-    values and 1 elsewhere; kept weights are multiplied by scale(p) = 1 / (1 - that probability), so that
-    E[keep * scale] = 1 exactly. The draws come four to a 64-bit random integer (a quarter of the
-    generator's work of rand()) and depend only on the seed: the backward draws the same mask again."""
-
-    def __init__(self, like, p, seed):
-        count = like.numel()
-        generator = torch.Generator(device=like.device).manual_seed(seed)
-        bits = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device)
-        bits.random_(-(2**63), None, generator=generator)
-        self.keep = torch.empty_like(like)
-        torch.ge(bits.view(torch.int16)[:count].view(like.shape), _threshold(p) - 2**15, out=self.keep)
-
-    @staticmethod
-    def scale(p):
-        return 2**16 / (2**16 - _threshold(p))
-
-
-def _threshold(p):
-    return round(p * 2**16)
 
 
 def _groups(layout, num_blocks, heads, num_chunks, device):
@@ -96,16 +76,14 @@ class _Group:
         """The group's rows of a B x H x N x e tensor, as B x H x G x w x e."""
         return t[:, :, self.rows].unflatten(2, (self.size, -1))
 
-    def logits(self, layout, bias, lengths, shortest, chunk_ok):
-        """S of the group, B x H x G x w x (width + chunks); bias: 1 x H x 1 x w x width or None."""
+    def logits(self, layout, lengths, shortest, chunk_ok):
+        """S of the group, B x H x G x w x (width + chunks), float32 at least, without the local bias."""
         low = torch.finfo(self.q.dtype).min
         S = torch.matmul(self.q, self.keys.transpose(-1, -2))
         if S.dtype in (torch.float16, torch.bfloat16):  # softmax statistics in float32
             S = S.float()
             low = torch.finfo(S.dtype).min
         local = S[..., : layout.width]
-        if bias is not None:
-            local.add_(bias)
         if self.key_range[0] < 0 or self.key_range[1] > shortest:  # some key lies outside a sequence
             outside = (self.positions < 0) | (self.positions >= lengths[:, None, None])  # B x G x width
             local.masked_fill_(outside[:, None, :, None, :], low)
@@ -113,33 +91,35 @@ class _Group:
             chunk = S[..., layout.width :]
             if chunk_ok is not None:
                 chunk.masked_fill_(~chunk_ok[:, None, None, None, : self.chunks], low)
-            if layout.causal and self.size > 1:  # blocks of the group before its last see fewer chunks
-                seen = [layout.visible_chunks(self.first + g, self.chunks) for g in range(self.size)]
-                hidden = torch.arange(self.chunks, device=S.device)[None, :] >= torch.tensor(seen, device=S.device)[:, None]
-                chunk.masked_fill_(hidden[None, None, :, None, :], low)
         return S
 
+    def keys_seen(self, layout):
+        """Causal groups of several blocks: how many of the group's keys each block sees (the blocks before
+        its last see fewer chunks), G ints; None when every block sees them all."""
+        if not (layout.causal and self.chunks and self.size > 1):
+            return None
+        return [layout.width + layout.visible_chunks(self.first + g, self.chunks) for g in range(self.size)]
 
-def _local_bias(layout, grid, dtype, device):
+
+def _local_bias(layout, grid, heads, dtype, device):
     """The additive bias every block shares over its local keys: the grid (RPE) plus, when causal, the
-    mask of keys after the query; 1 x H x 1 x w x width, or None."""
-    bias = None if grid is None else grid[None, :, None]
+    mask of keys after the query; H x w x width, or None."""
+    bias = None if grid is None else grid.to(dtype)
     if layout.causal:
         relative = layout.relative_positions(device)
         future = torch.zeros(relative.shape, dtype=dtype, device=device).masked_fill(relative > 0, torch.finfo(dtype).min)
-        bias = future[None, None, None] if bias is None else bias + future
-    return bias
+        bias = future.expand(heads, -1, -1) if bias is None else bias + future
+    return None if bias is None else bias.contiguous()
 
 
-def _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
-    """(index, group, P) for each group of blocks: what the forward computes and the backward recomputes."""
-    H, N = q.size(1), q.size(2)
-    bias = _local_bias(layout, grid, q.dtype, q.device)
+def _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
+    """(index, group, S) for each group of blocks: what the forward computes and the backward recomputes."""
+    N = q.size(2)
     shortest = int(lengths.min())
     C = 0 if k_summary is None else k_summary.size(2)
-    for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, H, C, q.device)):
+    for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, q.size(1), C, q.device)):
         g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
-        yield i, g, torch.softmax(g.logits(layout, bias, lengths, shortest, chunk_ok), dim=-1)
+        yield i, g, g.logits(layout, lengths, shortest, chunk_ok)
 
 
 class BlockwiseAttention(torch.autograd.Function):
@@ -152,54 +132,54 @@ class BlockwiseAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
         B, H, N, d = q.shape
         out = q.new_empty(B, N, H, d).transpose(1, 2)
-        for i, g, P in _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
-            if dropout > 0:
-                P.mul_(_Dropout(P, dropout, seed + i).keep)
-            y = torch.matmul(P.to(g.values.dtype), g.values)
-            out[:, :, g.rows] = (y * _Dropout.scale(dropout) if dropout > 0 else y).flatten(2, 3)
-        ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok)
+        lse = q.new_empty(B, H, N, dtype=torch.promote_types(q.dtype, torch.float32))  # S's dtype (see logits)
+        bias = _local_bias(layout, grid, H, lse.dtype, q.device)
+        for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
+            PZ, g_lse = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i)
+            lse[:, :, g.rows] = g_lse.flatten(2, 3)
+            out[:, :, g.rows] = torch.matmul(PZ.to(g.values.dtype), g.values).flatten(2, 3)
+        ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse)
         ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, k_summary, beta, grid, lengths, chunk_ok = ctx.saved_tensors
+        q, k, v, k_summary, beta, grid, lengths, chunk_ok, out, lse = ctx.saved_tensors
         layout, scale, dropout = ctx.layout, ctx.scale, ctx.dropout
         B, H, N, d = q.shape
         width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
         dq = q.new_empty(B, N, H, d).transpose(1, 2)
-        dk, dv = (q.new_zeros(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
+        own_keys = layout.offset == 0 and width == layout.window  # every key is local to one block: dk, dv by copies
+        dk, dv = ((q.new_empty if own_keys else q.new_zeros)(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
         d_summary = None if k_summary is None else torch.zeros_like(k_summary)
         d_beta = None if beta is None else torch.zeros_like(beta)
-        d_grid = None if grid is None else torch.zeros_like(grid)
-        for i, g, P in _probabilities(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, scale):
+        d_grid = None if grid is None else lse.new_zeros(grid.shape)
+        bias = _local_bias(layout, grid, H, lse.dtype, lse.device)
+        for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
             dy = g.rows_of(grad)  # B x H x G x w x d
-            # (the `del`s keep at most three group-sized tensors alive at once)
-            if dropout > 0:  # y = (Z * P) V: dV = (Z * P)^T dy, dP = Z * (dy V^T)
-                keep = _Dropout(P, dropout, ctx.seed + i).keep
-                dy = dy * _Dropout.scale(dropout)
-                PZ = P * keep
-                d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
-                del PZ
-                dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype).mul_(keep)
-                del keep
-            else:
-                d_values = torch.matmul(P.to(dy.dtype).transpose(-1, -2), dy)
-                dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(P.dtype)
-            dS = torch._softmax_backward_data(dP, P, -1, P.dtype).to(g.keys.dtype)  # P * (dP - rowsum(P dP))
-            del dP, P
+            dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(S.dtype)
+            D = (dy.to(S.dtype) * g.rows_of(out).to(S.dtype)).sum(-1)  # rowsum(dY * Y)
+            l_rows = lse[:, :, g.rows].unflatten(2, (g.size, -1))
+            PZ, dS = softmax_dropout.backward(S, dP, l_rows, D, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
+            del S, dP
+            d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
+            del PZ
+            dS = dS.to(g.keys.dtype)
             dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
             d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
-            positions = (g.positions + left).flatten()
-            dk.index_add_(2, positions, d_keys[:, :, :, :width].flatten(2, 3))
-            dv.index_add_(2, positions, d_values[:, :, :, :width].flatten(2, 3))
+            del dS
+            if own_keys:
+                dk[:, :, g.rows] = d_keys[:, :, :, :width].flatten(2, 3)
+                dv[:, :, g.rows] = d_values[:, :, :, :width].flatten(2, 3)
+            else:
+                positions = (g.positions + left).flatten()
+                dk.index_add_(2, positions, d_keys[:, :, :, :width].flatten(2, 3))
+                dv.index_add_(2, positions, d_values[:, :, :, :width].flatten(2, 3))
             if g.chunks:
                 d_summary[:, :, : g.chunks] += d_keys[:, :, :, width:].sum(2)
                 d_beta[:, :, : g.chunks] += d_values[:, :, :, width:].sum(2)
-            if d_grid is not None:
-                local = dS[..., :width]
-                d_grid += local[0, :, 0] if B * g.size == 1 else local.sum((0, 2))
         dk, dv = dk[:, :, left : left + N], dv[:, :, left : left + N]
+        d_grid = None if d_grid is None else d_grid.to(grid.dtype)
         return dq, dk, dv, d_summary, d_beta, d_grid, None, None, None, None, None, None
 
 
