@@ -25,6 +25,25 @@ import math
 import torch
 
 
+def reference_outputs(attn, x):
+    """A causal EVA layer's attention outputs (B x H x N x head_dim, before the output projection) on its
+    input x (B x N x embed_dim), with the same queries, keys and values: {"eva": the layer's own, "softmax":
+    exact softmax attention over all earlier keys, "local": softmax over the keys of E^n only}. The relative
+    position bias is added inside E^n, as EVA does; no overlap."""
+    N = x.size(1)
+    w = attn.window_size
+    q, k, v = (attn._split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    pos = torch.arange(N)
+    in_e = ((pos // w)[:, None] == (pos // w)[None, :]) & (pos[None, :] <= pos[:, None])
+    causal = pos[None, :] <= pos[:, None]
+    logits = (q @ k.transpose(-1, -2)) * attn.scale
+    if attn.rpe is not None:
+        logits = logits + attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) * in_e
+    low = torch.finfo(logits.dtype).min
+    return {"eva": attn.attention(q, k, v), "softmax": logits.masked_fill(~causal, low).softmax(-1) @ v,
+            "local": logits.masked_fill(~in_e, low).softmax(-1) @ v}
+
+
 def layer_stats(attn, x):
     """Statistics of one causal EVA layer on its input x (B x N x embed_dim); a dict of floats."""
     B, N, _ = x.shape
@@ -49,8 +68,6 @@ def layer_stats(attn, x):
     first = later & (pos % w < 8)
     out["exact mass outside E"] = torch.sigmoid(lse_far - lse_local)[..., later].mean()
     out["exact mass outside E (first 8)"] = torch.sigmoid(lse_far - lse_local)[..., first].mean()
-    causal = pos[None, :] <= pos[:, None]
-    exact = ((logits + bias * in_e).masked_fill(~causal, low).softmax(-1)) @ v
     if attn.chunks is not None and s:
         k_summary, _ = attn.chunks.uniform(q, k, v, s)
         chunk_logits = (q @ k_summary.transpose(-1, -2)) * attn.scale  # B x H x N x C
@@ -63,13 +80,32 @@ def layer_stats(attn, x):
             "EVA mass on chunks (first 8)": torch.sigmoid(lse_chunks - lse_local)[..., first].mean(),
             "lse far keys - lse chunks": (lse_far - lse_chunks)[..., later].mean(),
         })
-    y = attn.attention(q, k, v)
-    out["rel. error vs softmax"] = ((y - exact).norm(dim=-1) / exact.norm(dim=-1))[..., later].mean()
+    y = reference_outputs(attn, x)
+    for name in ("eva", "local"):
+        error = (y[name] - y["softmax"]).norm(dim=-1) / y["softmax"].norm(dim=-1)
+        out["rel. error vs softmax" if name == "eva" else "local-only rel. error vs softmax"] = error[..., later].mean()
     return {name: float(value) for name, value in out.items()}
 
 
 def print_stats(label, stats):
     print(f"{label}: " + ", ".join(f"{name} {value:.3f}" for name, value in stats.items()))
+
+
+def layer_inputs(model, src):
+    """A language model's output logits on src (B x N) and each decoder layer's self-attention input
+    (B x N x embed_dim)."""
+    inputs = []
+
+    def keep_input(module, args, kwargs):  # fairseq passes the query by keyword, time first
+        inputs.append((args[0] if args else kwargs["query"]).transpose(0, 1))
+
+    hooks = [layer.self_attn.register_forward_pre_hook(keep_input, with_kwargs=True) for layer in model.decoder.layers]
+    try:
+        logits, _ = model(src)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits, inputs
 
 
 @torch.no_grad()
@@ -85,16 +121,8 @@ def checkpoint_report(path, data, subset, num_blocks, window):
     samples = [dataset[i] for i in range(min(num_blocks, len(dataset)))]
     samples = [s for s in samples if s["source"].numel() == samples[0]["source"].numel()]
     src, tgt = torch.stack([s["source"] for s in samples]), torch.stack([s["target"] for s in samples])
-    inputs = []
+    logits, inputs = layer_inputs(model, src)
     layers = [layer.self_attn for layer in model.decoder.layers]
-
-    def keep_input(module, args, kwargs):  # fairseq passes the query by keyword, time first
-        inputs.append((args[0] if args else kwargs["query"]).transpose(0, 1))
-
-    hooks = [m.register_forward_pre_hook(keep_input, with_kwargs=True) for m in layers]
-    logits, _ = model(src)
-    for hook in hooks:
-        hook.remove()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), tgt, reduction="none")  # B x N
     N = nll.size(1)
     eva = [m for m in layers if isinstance(m, EVAAttention)]

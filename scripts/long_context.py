@@ -1,0 +1,447 @@
+#!/usr/bin/env python
+"""Long context at equal CPU time: softmax, EVA and local attention in language models and masked language
+models of equal size, and EVA's approximation error inside the trained language model.
+
+  python scripts/long_context.py CORPUS --work DIR [--task all] [--budget-minutes 20] [--tokens-per-sample 2048]
+
+CORPUS holds plain text train.txt, valid.txt, test.txt (paragraphs, a blank line between documents).
+Steps, each skipped when its output exists (run the same command again to resume):
+  1. a sentencepiece vocabulary and binarised data, by data_prep/prepare_mlm.sh (BPE=sentencepiece),
+     from the first --train-words words of train.txt (whole documents) and all of valid and test; plus a
+     'valid_small' split (the first --valid-words words of valid.txt) for the curves. Both tasks read it;
+  2. each row of each task trains (fairseq-train, one process at a time, --threads threads) until its
+     process CPU time reaches --budget-minutes; the stop is fairseq's --stop-time-hours, counted here in
+     CPU seconds of the training process (validation included) rather than in wall-clock seconds, so that
+     rows are comparable on a loaded machine. A row interrupted part way resumes from its
+     checkpoint_last.pt with the CPU time it had spent (fairseq stores it in the checkpoint); a row done
+     at a smaller budget trains on to the larger one. Progress: each validation prints the row, CPU
+     seconds, updates and valid_small perplexity, also appended to DIR/ROW/curve.jsonl; the load average
+     at the start and end of each row goes to DIR/ROW/load.json;
+  3. test perplexity of each row's last checkpoint: fairseq-eval-lm with context windows 0 and half the
+     block (lm), fairseq-validate on the test split (mlm; the masks are fixed by the seed, the same for
+     every row);
+  4. approx: on the trained EVA language model (DIR/eva/checkpoint_last.pt) and the first --approx-blocks
+     blocks of valid_small, each layer's relative error ||y - y_softmax||_F / ||y_softmax||_F of its EVA
+     output, and of local attention alone (the keys of E^n only), against exact softmax attention over the
+     same queries, keys and values (the same bias inside E^n; scripts/lm_diagnostics.py);
+  5. DIR/results.md (tables, commands, load) and one plot per task, DIR/lm_curves.png and
+     DIR/mlm_curves.png (valid_small perplexity against CPU time), of whatever has been done so far.
+Tasks (--task): lm, mlm, approx, or all (the three in that order).
+  lm rows, in DIR/ROW: the causal language model transformer_lm_eva with softmax attention, with EVA
+    (window 128, chunk size 8, relative position bias: the paper's causal setting), or local (the same
+    with chunk size 0);
+  mlm rows, in DIR/mlm-ROW: roberta_eva (pre-norm RoBERTa) with softmax attention, with EVA (window 256,
+    C = 128 chunks, relative position bias: the paper's masked-LM setting), or local (the same with no
+    chunks); the same size, blocks (--sample-break-mode none) and optimisation as the lm rows.
+Every row of a task gets the same command but for these options.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TASKS = ("lm", "mlm", "approx")
+ROWS = {
+    "lm": {
+        "softmax": ["--decoder-attention", "softmax"],
+        "eva": ["--decoder-attention", "eva", "--eva-window-size", "128", "--eva-chunk-size", "8", "--eva-rpe", "true"],
+        "local": ["--decoder-attention", "eva", "--eva-window-size", "128", "--eva-chunk-size", "0", "--eva-rpe", "true"],
+    },
+    "mlm": {
+        "softmax": ["--encoder-attention", "softmax"],
+        "eva": ["--encoder-attention", "eva", "--eva-window-size", "256", "--eva-num-chunks", "128",
+                "--eva-chunk-size", "0", "--eva-rpe", "true"],
+        "local": ["--encoder-attention", "eva", "--eva-window-size", "256", "--eva-num-chunks", "0",
+                  "--eva-chunk-size", "0", "--eva-rpe", "true"],
+    },
+}
+WINDOW = {"lm": 128, "mlm": 256}  # the block length must be a multiple of the task's EVA window
+ROW_NAMES = ("softmax", "eva", "local")
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run(cmd, env, logfile=None):
+    """Run a command; on failure stop with its log's tail."""
+    with open(logfile or os.devnull, "a") as out:
+        proc = subprocess.run([str(c) for c in cmd], env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = open(logfile).read()[-3000:] if logfile else ""
+        sys.exit(f"error: {cmd[0]} {cmd[1]} failed (exit {proc.returncode}); log {logfile}\n{tail}")
+
+
+def first_words(src, dst, words):
+    """The first `words` words of src, cut after the document that reaches them (all of it if 0)."""
+    count = 0
+    with open(src, encoding="utf-8") as f, open(dst + ".tmp", "w", encoding="utf-8") as g:
+        for line in f:
+            if words and count >= words and not line.strip():
+                break
+            count += len(line.split())
+            g.write(line)
+    os.replace(dst + ".tmp", dst)
+    return count
+
+
+def prepare(args, env):
+    bin_dir = os.path.join(args.work, "bin")
+    if os.path.exists(os.path.join(bin_dir, "valid_small.idx")):
+        return bin_dir
+    raw = os.path.join(args.work, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        if not os.path.isfile(os.path.join(args.corpus, name)):
+            sys.exit(f"error: {args.corpus} has no {name} (see --help)")
+    n = first_words(os.path.join(args.corpus, "train.txt"), os.path.join(raw, "train.txt"), args.train_words)
+    for name in ("valid.txt", "test.txt"):
+        first_words(os.path.join(args.corpus, name), os.path.join(raw, name), 0)
+    first_words(os.path.join(args.corpus, "valid.txt"), os.path.join(raw, "valid_small.txt"), args.valid_words)
+    log(f"data: {n} words of train, sentencepiece {args.vocab}")
+    prep_env = {**env, "BPE": "sentencepiece", "VOCAB_SIZE": str(args.vocab), "WORK": os.path.join(args.work, "spm"),
+                "DEST": bin_dir, "BLOCKS": str(args.tokens_per_sample), "WORKERS": "1"}
+    run(["bash", os.path.join(REPO, "data_prep", "prepare_mlm.sh"), "--raw", raw], prep_env, os.path.join(args.work, "prep.log"))
+    small = os.path.join(args.work, "spm", "valid_small.bpe")
+    with open(os.path.join(raw, "valid_small.txt")) as f, open(small, "w") as g:
+        subprocess.run([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode", "--spm",
+                        os.path.join(bin_dir, "spm.model")], stdin=f, stdout=g, env=env, check=True)
+    tmp = os.path.join(args.work, "valid_small.bin.tmp")
+    run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(bin_dir, "dict.txt"), "--validpref", small,
+         "--destdir", tmp, "--workers", "1"], env, os.path.join(args.work, "prep.log"))
+    for ext in ("bin", "idx"):
+        os.replace(os.path.join(tmp, f"valid.{ext}"), os.path.join(bin_dir, f"valid_small.{ext}"))
+    shutil.rmtree(tmp)
+    return bin_dir
+
+
+def row_dir(work, task, row):
+    """lm rows in WORK/ROW, mlm rows in WORK/mlm-ROW."""
+    return os.path.join(work, row if task == "lm" else f"{task}-{row}")
+
+
+def train_command(args, bin_dir, task, row):
+    """The training command of a row: `python long_context.py _train` and fairseq-train's arguments."""
+    if task == "lm":
+        model = ["--task", "language_modeling", "--arch", "transformer_lm_eva", *ROWS[task][row],
+                 "--decoder-layers", args.layers, "--decoder-embed-dim", args.dim, "--decoder-ffn-embed-dim", args.ffn,
+                 "--decoder-attention-heads", args.heads]
+    else:
+        model = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_eva", *ROWS[task][row],
+                 "--encoder-layers", args.layers, "--encoder-embed-dim", args.dim, "--encoder-ffn-embed-dim", args.ffn,
+                 "--encoder-attention-heads", args.heads, "--max-positions", args.tokens_per_sample]
+    return [sys.executable, os.path.abspath(__file__), "_train", bin_dir, "--user-dir", os.path.join(REPO, "fairseq_eva"),
+            *model, "--tokens-per-sample", args.tokens_per_sample,
+            "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", args.lr,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup, "--clip-norm", "1.0", "--dropout", "0.1",
+            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", args.seed,
+            "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid_small",
+            "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
+            "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
+            "--stop-time-hours", args.budget_minutes / 60, "--save-dir", row_dir(args.work, task, row)]
+
+
+def train(args, bin_dir, task, row, env):
+    save = row_dir(args.work, task, row)
+    os.makedirs(save, exist_ok=True)
+    done = os.path.join(save, "done")  # holds the budget it was trained to
+    if os.path.exists(done):
+        if float(open(done).read()) >= args.budget_minutes:
+            return
+        for name in ("done", "test_ppl.json"):  # a larger budget: train on from checkpoint_last.pt
+            os.remove(os.path.join(save, name)) if os.path.exists(os.path.join(save, name)) else None
+    cmd = train_command(args, bin_dir, task, row)
+    with open(os.path.join(save, "command.txt"), "w") as f:
+        f.write(" ".join(str(c) for c in cmd[2:]).replace(sys.executable, "python") + "\n")
+    name = os.path.basename(save)
+    log(f"{name}: training for {args.budget_minutes} CPU minutes ({save}/train.log)")
+    load = {"start": os.getloadavg()}
+    curve = os.path.join(save, "curve.jsonl")
+    seen = sum(1 for _ in open(curve)) if os.path.exists(curve) else 0
+    with open(os.path.join(save, "train.log"), "a") as out:
+        proc = subprocess.Popen([str(c) for c in cmd], env={**env, "LONG_CONTEXT_CURVE": curve}, stdout=out,
+                                stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(5)
+            if os.path.exists(curve):
+                lines = open(curve).read().splitlines()
+                for line in lines[seen:]:
+                    r = json.loads(line)
+                    log(f"{name}: {r['cpu_s']:.0f}/{args.budget_minutes * 60:.0f} CPU s, {r['updates']} updates, "
+                        f"valid_small ppl {r['ppl']:.1f}")
+                seen = len(lines)
+    if proc.returncode != 0:
+        sys.exit(f"error: training {name} failed (exit {proc.returncode}); see {save}/train.log")
+    load["end"] = os.getloadavg()
+    json.dump(load, open(os.path.join(save, "load.json"), "w"))
+    with open(done, "w") as f:
+        f.write(f"{args.budget_minutes}\n")
+
+
+def last_number(logfile, key):
+    """The number after the last `key` in a log (fairseq's 'Perplexity: 12.3' or '| ppl 12.3 |')."""
+    lines = [x for x in open(logfile) if key in x]
+    if not lines:
+        sys.exit(f"error: no '{key.strip()}' in {logfile}")
+    return float(lines[-1].rsplit(key, 1)[1].split()[0].strip(",|"))
+
+
+def evaluate(args, bin_dir, task, row, env):
+    """Test perplexity of a row's last checkpoint, {context window: ppl} (lm) or {"test": ppl} (mlm)."""
+    save = row_dir(args.work, task, row)
+    result = os.path.join(save, "test_ppl.json")
+    if os.path.exists(result):
+        return json.load(open(result))
+    user_dir, checkpoint = os.path.join(REPO, "fairseq_eva"), os.path.join(save, "checkpoint_last.pt")
+    name, ppl = os.path.basename(save), {}
+    if task == "lm":
+        for context in (0, args.tokens_per_sample // 2):
+            logfile = os.path.join(save, f"eval_lm.ctx{context}.log")
+            run(["fairseq-eval-lm", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--gen-subset", "test",
+                 "--tokens-per-sample", args.tokens_per_sample, "--context-window", context, "--batch-size", "4", "--cpu"],
+                env, logfile)
+            ppl[str(context)] = last_number(logfile, "Perplexity: ")
+            log(f"{name}: test perplexity, context {context}: {ppl[str(context)]:.2f}")
+    else:
+        logfile = os.path.join(save, "validate.test.log")
+        run(["fairseq-validate", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--task", "masked_lm",
+             "--valid-subset", "test", "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu"],
+            env, logfile)
+        ppl["test"] = last_number(logfile, "| ppl ")
+        log(f"{name}: test perplexity (masked tokens): {ppl['test']:.2f}")
+    json.dump(ppl, open(result, "w"))
+    return ppl
+
+
+def approximation_errors(checkpoint, data, subset, num_blocks, length):
+    """Per layer of a causal EVA language model, on the first `num_blocks` blocks of `length` tokens of
+    `subset`: {"eva": error, "local": error} with error = ||y - y_softmax||_F / ||y_softmax||_F over all heads,
+    queries and blocks (the approximation benchmark's measure)."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    import fairseq_eva  # noqa: F401  (registers the models)
+
+    sys.path.insert(0, HERE)
+    import lm_diagnostics
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+    model = models[0].eval()
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    blocks = [dataset[i]["source"] for i in range(len(dataset)) if dataset[i]["source"].numel() == length][:num_blocks]
+    if not blocks:
+        sys.exit(f"error: {subset} has no block of {length} tokens")
+    squares = None
+    with torch.no_grad():
+        for src in blocks:
+            _, inputs = lm_diagnostics.layer_inputs(model, src[None])
+            layers = [layer.self_attn for layer in model.decoder.layers]
+            outputs = [lm_diagnostics.reference_outputs(attn, x) for attn, x in zip(layers, inputs)]
+            block = [{name: float((y[name] - y["softmax"]).pow(2).sum()) for name in ("eva", "local")}
+                     | {"softmax": float(y["softmax"].pow(2).sum())} for y in outputs]
+            squares = block if squares is None else [{k: s[k] + b[k] for k in s} for s, b in zip(squares, block)]
+    return {"blocks": len(blocks), "length": length, "subset": subset,
+            "layers": [{name: (s[name] / s["softmax"]) ** 0.5 for name in ("eva", "local")} for s in squares]}
+
+
+def approximate(args, bin_dir, env):
+    result = os.path.join(args.work, "approx.json")
+    if os.path.exists(result):
+        return json.load(open(result))
+    eva = row_dir(args.work, "lm", "eva")
+    log(f"approx: EVA and local attention against softmax in each layer of {eva}/checkpoint_last.pt")
+    run([sys.executable, os.path.abspath(__file__), "_approx", os.path.join(eva, "checkpoint_last.pt"), bin_dir,
+         "valid_small", args.approx_blocks, args.tokens_per_sample, result + ".tmp"], env,
+        os.path.join(args.work, "approx.log"))
+    os.replace(result + ".tmp", result)
+    errors = json.load(open(result))
+    for i, layer in enumerate(errors["layers"]):
+        log(f"approx: layer {i}: EVA {layer['eva']:.3f}, local only {layer['local']:.3f}")
+    return errors
+
+
+def row_results(work, task):
+    """{row: summary} of the rows of a task that have a test perplexity."""
+    rows = {}
+    for row in ROW_NAMES:
+        save = row_dir(work, task, row)
+        if not os.path.exists(os.path.join(save, "test_ppl.json")):
+            continue
+        curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
+        load = json.load(open(os.path.join(save, "load.json"))) if os.path.exists(os.path.join(save, "load.json")) else None
+        rows[row] = {"curve": curve, "last": curve[-1] if curve else {"updates": 0, "cpu_s": 0, "ppl": float("nan")},
+                     "test": json.load(open(os.path.join(save, "test_ppl.json"))), "load": load,
+                     "budget": float(open(os.path.join(save, "done")).read()),
+                     "command": open(os.path.join(save, "command.txt")).read().strip()}
+    return rows
+
+
+def load_text(load):
+    return "-" if load is None else f"{load['start'][0]:.2f} / {load['end'][0]:.2f}"
+
+
+def report(args):
+    half = args.tokens_per_sample // 2
+    lines = [f"# Long context at equal CPU time ({args.threads} thread(s) a row)", "",
+             f"Corpus {os.path.abspath(args.corpus)}; blocks of {args.tokens_per_sample}; {args.layers} layers, "
+             f"{args.dim} dims, FFN {args.ffn}, {args.heads} heads; sentencepiece {args.vocab}; seed {args.seed}. "
+             "Load: 1-minute load average at the start / end of the row's training (- : not recorded).", ""]
+    curves = {}
+    for task, title in (("lm", "Language model"), ("mlm", "Masked language model")):
+        rows = row_results(args.work, task)
+        if not rows:
+            continue
+        curves[task] = {row: r["curve"] for row, r in rows.items()}
+        test = f"test ppl, context 0 | context {half}" if task == "lm" else "test ppl (masked tokens)"
+        lines += [f"## {title}", "", f"| row | CPU min budget | updates | CPU s | valid_small ppl | {test} | load |",
+                  "|---|---|---|---|---|---|---|" + ("---|" if task == "lm" else "")]
+        for row, r in rows.items():
+            ppl = f"{r['test']['0']:.2f} | {r['test'][str(half)]:.2f}" if task == "lm" else f"{r['test']['test']:.2f}"
+            lines.append(f"| {row} | {r['budget']:g} | {r['last']['updates']} | {r['last']['cpu_s']:.0f} | "
+                         f"{r['last']['ppl']:.2f} | {ppl} | {load_text(r['load'])} |")
+        lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
+        lines += [f"- {row}: `{r['command']}`" for row, r in rows.items()] + [""]
+    if os.path.exists(os.path.join(args.work, "approx.json")):
+        errors = json.load(open(os.path.join(args.work, "approx.json")))
+        lines += ["## Approximation in the trained EVA language model", "",
+                  f"||y - y_softmax||_F / ||y_softmax||_F on {errors['blocks']} blocks of {errors['length']} tokens of "
+                  f"{errors['subset']}, the layer's own q, k, v (evaluation mode):", "",
+                  "| layer | EVA | local only |", "|---|---|---|"]
+        lines += [f"| {i} | {e['eva']:.3f} | {e['local']:.3f} |" for i, e in enumerate(errors["layers"])] + [""]
+    with open(os.path.join(args.work, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+    for task, rows in curves.items():
+        plot(rows, os.path.join(args.work, f"{task}_curves.png"), f"{task}, blocks of {args.tokens_per_sample}")
+    log(f"results: {os.path.join(args.work, 'results.md')}")
+
+
+def plot(curves, path, title):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for row, points in curves.items():
+        ax.plot([p["cpu_s"] / 60 for p in points], [p["ppl"] for p in points], marker="o", label=row)
+    ax.set(xlabel="training CPU time (min)", ylabel="valid_small perplexity", yscale="log", title=title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def train_worker(argv):
+    """fairseq-train whose --stop-time-hours counts this process's CPU time, and which records
+    (CPU seconds, updates, valid perplexity) at each validation in $LONG_CONTEXT_CURVE."""
+    import fairseq_cli.train as fairseq_train
+    from fairseq.trainer import Trainer
+
+    def cpu_time(self):
+        return time.process_time() - self._cpu_start + self._previous_training_time
+
+    init = Trainer.__init__
+
+    def patched_init(self, *a, **k):
+        init(self, *a, **k)
+        self._cpu_start = time.process_time()
+
+    load = Trainer.load_checkpoint
+
+    def patched_load(self, *a, **k):
+        out = load(self, *a, **k)
+        self._cpu_start = time.process_time()
+        return out
+
+    Trainer.__init__, Trainer.load_checkpoint, Trainer._local_cumulative_training_time = patched_init, patched_load, cpu_time
+    validate = fairseq_train.validate
+
+    def recording_validate(cfg, trainer, task, epoch_itr, subsets):
+        losses = validate(cfg, trainer, task, epoch_itr, subsets)
+        with open(os.environ["LONG_CONTEXT_CURVE"], "a") as f:  # fairseq's valid loss is in base 2
+            f.write(json.dumps({"cpu_s": trainer.cumulative_training_time(), "updates": trainer.get_num_updates(),
+                                "ppl": 2 ** losses[0]}) + "\n")
+        return losses
+
+    fairseq_train.validate = recording_validate
+    sys.argv = ["fairseq-train", *argv]
+    fairseq_train.cli_main()
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("corpus", help="folder with train.txt, valid.txt, test.txt")
+    p.add_argument("--work", required=True, help="working folder: data, checkpoints, logs, results (resumable)")
+    p.add_argument("--task", default="all", choices=[*TASKS, "all"], help="what to run (all: lm, mlm, approx)")
+    p.add_argument("--budget-minutes", type=float, default=20.0, help="training CPU minutes per row (20)")
+    p.add_argument("--rows", default=",".join(ROW_NAMES), help=f"comma-separated, of {', '.join(ROW_NAMES)}")
+    p.add_argument("--tokens-per-sample", type=int, default=2048, help="block length (2048)")
+    p.add_argument("--blocks-per-batch", type=int, default=2, help="blocks per update (2)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=100, help="warm-up updates (100)")
+    p.add_argument("--validate-every", type=int, default=25, help="updates between validations/checkpoints (25)")
+    p.add_argument("--vocab", type=int, default=8000, help="sentencepiece vocabulary (8000)")
+    p.add_argument("--train-words", type=int, default=0, help="use the first N words of train.txt (0: all)")
+    p.add_argument("--valid-words", type=int, default=30000, help="words of valid.txt in valid_small (30000)")
+    p.add_argument("--approx-blocks", type=int, default=8, help="blocks of valid_small for the approx task (8)")
+    p.add_argument("--threads", type=int, default=1, help="threads per training (1)")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    args.rows = args.rows.split(",")
+    for row in args.rows:
+        if row not in ROW_NAMES:
+            p.error(f"unknown row {row!r} in --rows: choose among {', '.join(ROW_NAMES)}")
+    args.tasks = TASKS if args.task == "all" else (args.task,)
+    for task in args.tasks:
+        if task in WINDOW and args.tokens_per_sample % WINDOW[task]:
+            p.error(f"--tokens-per-sample ({args.tokens_per_sample}) must be a multiple of the {task} rows' EVA "
+                    f"window ({WINDOW[task]})")
+    if args.budget_minutes <= 0:
+        p.error("--budget-minutes must be positive")
+    return args
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "_train":
+        return train_worker(sys.argv[2:])
+    if len(sys.argv) == 8 and sys.argv[1] == "_approx":  # checkpoint data subset blocks length output
+        checkpoint, data, subset, blocks, length, output = sys.argv[2:]
+        return json.dump(approximation_errors(checkpoint, data, subset, int(blocks), int(length)), open(output, "w"))
+    args = parse_args()
+    eva = row_dir(args.work, "lm", "eva")
+    if "approx" in args.tasks and not os.path.exists(os.path.join(eva, "done")) and not (
+            "lm" in args.tasks and "eva" in args.rows):
+        sys.exit(f"error: the approx task needs the trained EVA language model ({eva}/done): run --task lm with "
+                 "the eva row first")
+    os.makedirs(args.work, exist_ok=True)
+    tools = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads), "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    bin_dir = prepare(args, env)
+    for task in args.tasks:
+        if task == "approx":
+            approximate(args, bin_dir, env)
+            continue
+        for row in args.rows:
+            train(args, bin_dir, task, row, env)
+        for row in args.rows:
+            evaluate(args, bin_dir, task, row, env)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()

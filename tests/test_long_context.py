@@ -1,0 +1,204 @@
+"""scripts/long_context.py (issue 11's long-context runs at equal CPU time) and the per-layer reference
+outputs of scripts/lm_diagnostics.py: argument errors, the rows' commands, the pure helpers, the report,
+and (slow) the whole script end to end on a tiny corpus with a tiny budget."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "long_context.py")
+ENV = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OMP_NUM_THREADS": "1",
+       "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lc = load("long_context")
+
+
+def script(*args, timeout=60):
+    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_help_names_the_tasks():
+    r = script("--help")
+    assert r.returncode == 0 and "usage:" in r.stdout
+    assert "{lm,mlm,approx,all}" in r.stdout and "--budget-minutes" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rows", "softmax,performer"], "unknown row 'performer' in --rows"),
+    (["--task", "mlm", "--tokens-per-sample", "384"], "multiple of the mlm rows' EVA window (256)"),
+    (["--tokens-per-sample", "384"], "multiple of the mlm rows' EVA window (256)"),  # all: mlm included
+    (["--tokens-per-sample", "200", "--task", "lm"], "multiple of the lm rows' EVA window (128)"),
+    (["--budget-minutes", "0"], "--budget-minutes must be positive"),
+    (["--task", "translation"], "invalid choice: 'translation'"),
+])
+def test_bad_arguments_are_refused_by_name(args, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        lc.parse_args(["corpus", "--work", str(tmp_path / "w"), *args])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_lm_blocks_need_only_the_lm_window(tmp_path):
+    args = lc.parse_args(["corpus", "--work", str(tmp_path), "--task", "lm", "--tokens-per-sample", "384"])
+    assert args.tasks == ("lm",) and args.rows == ["softmax", "eva", "local"]
+    assert lc.parse_args(["corpus", "--work", str(tmp_path)]).tasks == ("lm", "mlm", "approx")
+
+
+def test_approx_without_a_trained_eva_lm_stops_before_any_work(tmp_path):
+    work = tmp_path / "work"
+    r = script(tmp_path, "--work", work, "--task", "approx")
+    assert r.returncode == 1 and "approx task needs the trained EVA language model" in r.stderr
+    assert not work.exists()
+    r = script(tmp_path, "--work", work, "--task", "all", "--rows", "softmax,local")  # eva not trained here either
+    assert r.returncode == 1 and "approx task needs" in r.stderr
+
+
+def test_a_corpus_without_its_splits_is_named(tmp_path):
+    (tmp_path / "train.txt").write_text("a b c\n")
+    r = script(tmp_path, "--work", tmp_path / "work", "--task", "lm")
+    assert r.returncode == 1 and f"{tmp_path} has no valid.txt" in r.stderr
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_rows_of_a_task_differ_only_by_their_attention_options(task, tmp_path):
+    args = lc.parse_args(["corpus", "--work", str(tmp_path), "--budget-minutes", "12"])
+    commands = {row: [str(c) for c in lc.train_command(args, "BIN", task, row)] for row in lc.ROW_NAMES}
+    stripped = set()
+    for row, cmd in commands.items():
+        options = lc.ROWS[task][row]
+        i = cmd.index(options[0])
+        assert cmd[i:i + len(options)] == options
+        save = cmd.index("--save-dir") + 1
+        assert cmd[save] == str(tmp_path / (row if task == "lm" else f"mlm-{row}"))
+        stripped.add(tuple(cmd[:i] + cmd[i + len(options):save]))
+    assert len(stripped) == 1
+    cmd = commands["eva"]
+    assert cmd[cmd.index("--stop-time-hours") + 1] == "0.2" and cmd[cmd.index("--max-tokens") + 1] == "4096"
+    assert ("--arch", "transformer_lm_eva" if task == "lm" else "roberta_eva") == tuple(cmd[cmd.index("--arch"):][:2])
+
+
+def test_first_words_cuts_after_the_document_that_reaches_the_count(tmp_path):
+    src, dst = tmp_path / "in.txt", str(tmp_path / "out.txt")
+    src.write_text("one two\nthree\n\nfour five six\n\nseven\n")
+    assert lc.first_words(str(src), dst, 3) == 3 and open(dst).read() == "one two\nthree\n"
+    assert lc.first_words(str(src), dst, 4) == 6 and open(dst).read() == "one two\nthree\n\nfour five six\n"
+    assert lc.first_words(str(src), dst, 0) == 7 and open(dst).read() == src.read_text()
+
+
+def test_last_number_reads_fairseq_logs(tmp_path):
+    path = tmp_path / "log"
+    path.write_text("| valid on 'test' subset | loss 9.071 | ppl 537.87 | wps 0\n"
+                    "INFO | Loss (base 2): 8.1, Perplexity: 12.50\nINFO | Perplexity: 11.25\n")
+    assert lc.last_number(str(path), "| ppl ") == 537.87
+    assert lc.last_number(str(path), "Perplexity: ") == 11.25
+    with pytest.raises(SystemExit, match="no 'Accuracy:'"):
+        lc.last_number(str(path), "Accuracy: ")
+
+
+def fake_row(work, name, budget, test, load=None):
+    d = work / name
+    d.mkdir()
+    (d / "done").write_text(f"{budget}\n")
+    (d / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
+        {"cpu_s": 30.0, "updates": 5, "ppl": 900.0}, {"cpu_s": 61.0, "updates": 10, "ppl": 400.0})))
+    (d / "test_ppl.json").write_text(json.dumps(test))
+    (d / "command.txt").write_text(f"_train BIN --save-dir {d}\n")
+    if load:
+        (d / "load.json").write_text(json.dumps(load))
+
+
+def test_report_tables_each_finished_row_with_its_own_budget_and_load(tmp_path):
+    fake_row(tmp_path, "softmax", 20.0, {"0": 101.5, "1024": 100.25})  # written before load.json existed
+    fake_row(tmp_path, "mlm-eva", 12.0, {"test": 55.5}, {"start": [1.5, 1, 1], "end": [2.25, 2, 2]})
+    (tmp_path / "eva").mkdir()  # not finished: left out
+    (tmp_path / "approx.json").write_text(json.dumps({"blocks": 8, "length": 2048, "subset": "valid_small",
+                                                      "layers": [{"eva": 0.25, "local": 0.5}, {"eva": 0.125, "local": 0.75}]}))
+    args = lc.parse_args(["corpus", "--work", str(tmp_path)])
+    lc.report(args)
+    text = (tmp_path / "results.md").read_text()
+    assert "| softmax | 20 | 10 | 61 | 400.00 | 101.50 | 100.25 | - |" in text
+    assert "| eva |" not in text.split("## Masked")[0]
+    assert "| eva | 12 | 10 | 61 | 400.00 | 55.50 | 1.50 / 2.25 |" in text
+    assert "| 0 | 0.250 | 0.500 |\n| 1 | 0.125 | 0.750 |" in text
+    assert f"`_train BIN --save-dir {tmp_path / 'mlm-eva'}`" in text
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "lm_curves.png").stat().st_size and (tmp_path / "mlm_curves.png").stat().st_size
+
+
+# ------------------------------------------------------------------ lm_diagnostics.reference_outputs
+
+torch = pytest.importorskip("torch")
+
+
+def eva_layer(window, chunk_size, length=64, dim=32, heads=2):
+    from fairseq_eva.attention import EVAAttention
+
+    torch.manual_seed(0)
+    attn = EVAAttention(dim, heads, causal=True, window_size=window, chunk_size=chunk_size).double().eval()
+    with torch.no_grad():  # a bias that matters
+        for p in attn.rpe.parameters():
+            p.normal_()
+    return attn, torch.randn(2, length, dim, dtype=torch.float64)
+
+
+@torch.no_grad()
+def test_reference_outputs_local_equals_eva_without_chunks():
+    attn, x = eva_layer(window=16, chunk_size=0)
+    y = load("lm_diagnostics").reference_outputs(attn, x)
+    assert torch.allclose(y["eva"], y["local"], atol=1e-10)
+    assert (y["eva"] - y["softmax"]).abs().max() > 1e-2  # later windows miss the earlier keys
+
+
+@torch.no_grad()
+def test_reference_outputs_agree_when_one_window_covers_the_sequence():
+    attn, x = eva_layer(window=64, chunk_size=8)
+    y = load("lm_diagnostics").reference_outputs(attn, x)
+    assert torch.allclose(y["eva"], y["softmax"], atol=1e-10) and torch.allclose(y["local"], y["softmax"], atol=1e-10)
+    attn, x = eva_layer(window=16, chunk_size=8)  # the first window alone is exact in all three
+    y = load("lm_diagnostics").reference_outputs(attn, x)
+    for name in ("eva", "local"):
+        assert torch.allclose(y[name][..., :16, :], y["softmax"][..., :16, :], atol=1e-10)
+        assert (y[name][..., 16:, :] - y["softmax"][..., 16:, :]).abs().max() > 1e-2
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_whole_script_on_a_tiny_corpus_then_resumes_without_work(tmp_path):
+    work = tmp_path / "work"
+    args = [os.path.join(ROOT, "data", "sample", "doc_en"), "--work", work, "--budget-minutes", "0.05",
+            "--tokens-per-sample", "256", "--layers", "1", "--dim", "32", "--ffn", "64", "--heads", "2", "--vocab", "300",
+            "--validate-every", "4", "--valid-words", "2000", "--train-words", "30000", "--approx-blocks", "2"]
+    r = script(*args, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for row in ("softmax", "eva", "local", "mlm-softmax", "mlm-eva", "mlm-local"):
+        curve = [json.loads(x) for x in open(work / row / "curve.jsonl")]
+        assert curve and curve[-1]["cpu_s"] >= 3 and all(p["ppl"] > 1 for p in curve), row
+        assert float((work / row / "done").read_text()) == 0.05
+        assert set(json.loads((work / row / "load.json").read_text())) == {"start", "end"}
+    assert set(json.loads((work / "eva" / "test_ppl.json").read_text())) == {"0", "128"}
+    assert set(json.loads((work / "mlm-eva" / "test_ppl.json").read_text())) == {"test"}
+    errors = json.loads((work / "approx.json").read_text())
+    assert errors["blocks"] == 2 and len(errors["layers"]) == 1
+    assert 0 < errors["layers"][0]["eva"] < 2 and 0 < errors["layers"][0]["local"] < 2
+    text = (work / "results.md").read_text()
+    assert "## Language model" in text and "## Masked language model" in text and "## Approximation" in text
+    assert (work / "lm_curves.png").exists() and (work / "mlm_curves.png").exists()
+    before = {row: (work / row / "train.log").stat().st_mtime for row in ("eva", "mlm-eva")}
+    r = script(*args, timeout=120)  # everything done: nothing retrains
+    assert r.returncode == 0 and "training" not in r.stdout, r.stdout
+    assert before == {row: (work / row / "train.log").stat().st_mtime for row in before}
