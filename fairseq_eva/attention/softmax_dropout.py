@@ -220,22 +220,20 @@ def _mask(S, p, seed):
     return keep.to(S.dtype).mul_(keep_scale(p))
 
 
-def _bias_view(bias):
-    return bias[None, :, None]  # H x w x width -> 1 x H x 1 x w x width
-
-
-def _hide_unseen(S, seen):
+def _biased_logits(S, bias, seen):
+    """S + [bias ; 0] in place, the keys a block does not see at the lowest value; returns the bias width."""
+    width = 0 if bias is None else bias.size(-1)
+    if bias is not None:
+        S[..., :width].add_(bias[None, :, None])  # H x w x width -> 1 x H x 1 x w x width
     if seen is not None:
         unseen = torch.arange(S.size(-1), device=S.device) >= torch.tensor(seen, device=S.device)[:, None]  # G x keys
         S.masked_fill_(unseen[:, None], torch.finfo(S.dtype).min)
+    return width
 
 
 def forward_torch(S, bias, seen, p, seed):
     """(Z * softmax(S + [bias ; 0]), lse), lse B x H x G x w; S is overwritten."""
-    width = 0 if bias is None else bias.size(-1)
-    if bias is not None:
-        S[..., :width].add_(_bias_view(bias))
-    _hide_unseen(S, seen)
+    _biased_logits(S, bias, seen)
     lse = torch.logsumexp(S, dim=-1)
     P = torch.softmax(S, dim=-1)
     if p > 0:
@@ -246,10 +244,7 @@ def forward_torch(S, bias, seen, p, seed):
 def backward_torch(S, dP, lse, bias, seen, d_bias, p, seed):
     """(Z * P, dS); d_bias (H x w x width) += dS of the local keys over blocks. S and dP are overwritten.
     The fused softmax recomputes what lse holds (fewer passes on a GPU)."""
-    width = 0 if bias is None else bias.size(-1)
-    if bias is not None:
-        S[..., :width].add_(_bias_view(bias))
-    _hide_unseen(S, seen)
+    width = _biased_logits(S, bias, seen)
     P = torch.softmax(S, dim=-1)
     if p > 0:
         Z = _mask(P, p, seed)
