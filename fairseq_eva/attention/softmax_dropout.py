@@ -115,10 +115,10 @@ void eva_softmax_dropout_forward(float *S, float *lse, const float *bias, const 
                 float inv = 1.0f / sum, kept = inv * scale;
                 uint32_t e0 = (uint32_t)(r * keys);
                 if (threshold) {
-                    const uint16_t *draw = draws16(s0, s1, e0, keys, buffer);
-                    for (int64_t j = 0; j < keys; j++) x[j] *= draw[j] >= threshold ? kept : 0.0f;
+                    const uint16_t *draw = draws16(s0, s1, e0, n, buffer);
+                    for (int64_t j = 0; j < n; j++) x[j] *= draw[j] >= threshold ? kept : 0.0f;
                 } else {
-                    for (int64_t j = 0; j < keys; j++) x[j] *= inv;
+                    for (int64_t j = 0; j < n; j++) x[j] *= inv;
                 }
             }
     free(buffer);
