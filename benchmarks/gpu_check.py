@@ -17,6 +17,7 @@ Writes gpu_check.json, speed.json / speed.png and the fairseq logs under --out; 
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -68,13 +69,22 @@ def run_case(module, x, mask, weights, device, dtype=None, autocast=None):
     return y.masked_fill(~real[..., None], 0), grads
 
 
+@contextlib.contextmanager
+def pinned_noise():
+    """Pins omega's training noise to 0: compare like with like."""
+    real_randn_like = torch.randn_like
+    torch.randn_like = lambda t, **kw: torch.zeros_like(t)
+    try:
+        yield real_randn_like
+    finally:
+        torch.randn_like = real_randn_like
+
+
 def correctness(device, precisions=tuple(BOUNDS)):
     rows = []
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    real_randn_like = torch.randn_like
-    torch.randn_like = lambda t, **kw: torch.zeros_like(t)  # pin omega's training noise: compare like with like
-    try:
+    with pinned_noise() as real_randn_like:
         for name, options in CASES.items():
             torch.manual_seed(0)
             reference = EVAAttention(128, 4, use_rpe=True, **options).double()
@@ -88,14 +98,18 @@ def correctness(device, precisions=tuple(BOUNDS)):
             side = "right" if options.get("causal") else "left"  # fairseq's decoders right-pad, sources left-pad
             mask = positions >= lengths[:, None] if side == "right" else positions < N - lengths[:, None]
             weights = torch.randn(B, N, 128, dtype=torch.float64)
-            for mode in ("train", "eval"):  # training: a trainable RPE (blockwise kernel); evaluation: frozen (fused)
+            # training: a trainable RPE (on CUDA the fused kernels, on the CPU the blockwise one; and the
+            # blockwise one forced); evaluation: a frozen RPE (fused)
+            for mode, kernel in (("train", "auto"), ("train", "blockwise"), ("eval", "auto")):
                 reference.train(mode == "train").rpe.requires_grad_(mode == "train")
                 ref_y, ref_g = run_case(reference, x, mask, weights, "cpu")
-                for precision in precisions:
+                for precision in precisions if kernel == "auto" else [p for p in precisions if p in ("float32", "bfloat16")]:
                     autocast = getattr(torch, precision.split("-")[1]) if precision.startswith("autocast") else None
                     dtype = torch.float32 if autocast else getattr(torch, precision)
                     module = copy.deepcopy(reference).to(device, dtype).train(mode == "train")
-                    row = dict(check=f"{name}, {side} padding, {mode}", precision=precision, bound=BOUNDS[precision])
+                    module.kernel = kernel
+                    check = f"{name}, {side} padding, {mode}" + (", blockwise kernel" if kernel == "blockwise" else "")
+                    row = dict(check=check, precision=precision, bound=BOUNDS[precision])
                     try:
                         y, g = run_case(module, x, mask, weights, device, dtype, autocast)
                     except Exception:  # report it in the row, and go on with the other cases
@@ -106,9 +120,7 @@ def correctness(device, precisions=tuple(BOUNDS)):
                     ok = math.isfinite(err_y) and math.isfinite(err_g) and max(err_y, err_g) <= BOUNDS[precision]
                     rows.append(dict(row, output_error=err_y, gradient_error=err_g, ok=ok))
         rows += decoding(device, [p for p in ("float32", "bfloat16") if p in precisions])
-    finally:
-        torch.randn_like = real_randn_like
-    return rows
+    return rows + dropout_checks(device)
 
 
 def decoding(device, precisions=("float32", "bfloat16")):
@@ -129,9 +141,57 @@ def decoding(device, precisions=("float32", "bfloat16")):
     return rows
 
 
-def speed_check(out, quick):
+def dropout_checks(device, p=0.1, draws=400):
+    """Attention dropout 0.1 with a trainable RPE, float32: the same seed gives the same output and gradients,
+    and the mean output over `draws` masks is the output without dropout, within three standard errors
+    (relative error of the mean against that of one draw / sqrt(draws))."""
+    rows = []
+    for name, options in CASES.items():
+        torch.manual_seed(2)
+        module = EVAAttention(128, 4, use_rpe=True, dropout=p, **options).to(device).train()
+        x = torch.randn(2, 300, 128, device=device, requires_grad=True)
+
+        def run(seed):
+            torch.manual_seed(seed)
+            y = module(x)
+            return y, torch.autograd.grad(y.square().sum(), [x, *module.parameters()])
+
+        with pinned_noise():
+            (y1, g1), (y2, g2) = run(0), run(0)
+        same = torch.equal(y1, y2) and all(torch.equal(a, b) for a, b in zip(g1, g2))
+        rows.append(dict(check=f"{name}, dropout {p}: same seed, same output and gradients", precision="float32",
+                         output_error=float(not same), gradient_error=float("nan"), bound=0.0, ok=same))
+        with torch.no_grad(), pinned_noise():
+            mean = sum(module(x) for _ in range(draws)) / draws
+            module.dropout.p = 0.0
+            plain = module(x)
+            module.dropout.p = p
+        err = relative_error(mean, plain.double().cpu())
+        dropped = relative_error(y1.detach(), plain.double().cpu())  # one draw: far from it (the mask applies)
+        bound = 3 * dropped / math.sqrt(draws)  # three standard errors of the mean
+        rows.append(dict(check=f"{name}, dropout {p}: mean of {draws} draws = no dropout (one draw: {dropped:.2f})",
+                         precision="float32", output_error=err, gradient_error=float("nan"), bound=bound,
+                         ok=err <= bound and dropped > 1e-2))
+    return rows
+
+
+def runnable(mechanisms, errors, N=1024):
+    """The mechanisms whose layer runs forward + backward on CUDA in bfloat16; the others' errors go to
+    `errors` (so that one failing layer does not cost the table)."""
+    kept = []
+    for name in mechanisms:
+        try:
+            layer = speed.MECHANISMS[name][0](512, 8).to("cuda", torch.bfloat16).train()
+            layer(torch.randn(1, N, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)).sum().backward()
+            kept.append(name)
+        except Exception:
+            errors[f"speed, {name}"] = traceback.format_exc()[-3000:]
+    return kept
+
+
+def speed_check(out, quick, errors):
     lengths = ["1024", "2048", "4096", "8192"] + ([] if quick else ["16384", "32768"])
-    mechanisms = ["sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout"]
+    mechanisms = runnable(["sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout"], errors)
     rows, speedups = speed.main(["--device", "cuda", "--dtype", "bfloat16", "--lengths", *lengths, "--mechanisms", *mechanisms,
                                  "--repeats", "5", "--min-time", "0.05", "--budget", "5",
                                  "--json", os.path.join(out, "speed.json"), "--plot", os.path.join(out, "speed.png")])
@@ -231,7 +291,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     device = torch.device("cuda")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "errors": {}}
-    steps = [("correctness", lambda: correctness(device)), ("speed", lambda: speed_check(args.out, args.quick)),
+    steps = [("correctness", lambda: correctness(device)), ("speed", lambda: speed_check(args.out, args.quick, result["errors"])),
              ("fairseq", lambda: fairseq_check(args.out, args.quick, data=args.data))]
     for name, step in steps:
         if name in args.skip:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_attention import F64, TOL, _fixed_noise, inputs, make, reference_eva
 
-from fairseq_eva.attention import EVAAttention, cpu_fused, eva, softmax_dropout
+from fairseq_eva.attention import EVAAttention, causal_fused, eva, softmax_dropout
 from fairseq_eva.attention.blockwise import blockwise_attention
 from fairseq_eva.attention.layout import BlockLayout
 
@@ -193,8 +193,8 @@ def test_kernel_choice(causal, monkeypatch):
 def test_cpu_fused_kernel_refuses_a_trainable_bias():
     q = torch.randn(1, 2, 8, 4)
     bias = torch.zeros(1, 2, 4, 4, requires_grad=True)
-    with pytest.raises(ValueError, match="without gradient"):
-        cpu_fused.causal_attention(q, q, q, None, None, bias, None, BlockLayout.causal_blocks(4, False, 0), 0.5)
+    with pytest.raises(ValueError, match="the CPU kernel takes neither"):
+        causal_fused.causal_attention(q, q, q, None, None, bias, None, BlockLayout.causal_blocks(4, False, 0), 0.5)
 
 
 def test_unknown_kernel_is_named():

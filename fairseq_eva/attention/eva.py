@@ -10,10 +10,11 @@ with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bi
 Which keys a block of queries sees is layout.py's BlockLayout. The layer runs on one of two kernels
 (docs/design.md, "Kernels"):
 - fused: torch's fused attention kernels with additive masks of shape (block, keys), never (N, N): one
-  scaled_dot_product_attention over blocks (bidirectional), or cpu_fused.py (causal, CPU). They take no
-  dropout and return no gradient for a bias, so they run in evaluation or without RPE and dropout;
+  scaled_dot_product_attention over blocks (bidirectional), or causal_fused.py (causal). On the CPU they
+  take no dropout and return no gradient for a bias, so there they run in evaluation or without RPE and
+  dropout; on CUDA they take both (torch's memory-efficient kernel), so they are the GPU training path;
 - blockwise (blockwise.py): the joint softmax group by group with recomputation in the backward, with
-  attention dropout and a trainable RPE, on any device, in linear memory: the training path.
+  attention dropout and a trainable RPE, on any device, in linear memory: the CPU training path.
 Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major").
 """
 
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import cpu_fused
+from . import causal_fused
 from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
 from .layout import BlockLayout, visible_causal_chunks
@@ -227,13 +228,16 @@ class EVAAttention(nn.Module):
         return self.rpe(layout.relative_positions(q.device)).to(q.dtype)
 
     def _use_blockwise(self, q, grid):
-        """The kernel for this call (docs/design.md, "Kernels"): the fused kernels take no dropout and give no
-        bias gradient; the causal one runs on the CPU only."""
+        """The kernel for this call (docs/design.md, "Kernels"): on the CPU the fused kernels take no dropout
+        and give no bias gradient; on CUDA they take both."""
         needs_grad, dropout = grid is not None and grid.requires_grad, self._dropout_p()
-        fused_ok = cpu_fused.accepts(q, needs_grad, dropout) if self.causal else not needs_grad and dropout == 0
+        if self.causal:
+            fused_ok = causal_fused.accepts(q, needs_grad, dropout)
+        else:
+            fused_ok = q.device.type == "cuda" or not needs_grad and dropout == 0
         if self.kernel == "fused" and not fused_ok:
-            raise ValueError("kernel='fused' takes no attention dropout in training, no trainable RPE, "
-                             "and (causal) CPU tensors; use kernel='auto' or 'blockwise'")
+            raise ValueError("kernel='fused' takes no attention dropout in training and no trainable RPE on the CPU "
+                             "(causal, on CUDA: float16, bfloat16 or float32); use kernel='auto' or 'blockwise'")
         return self.kernel == "blockwise" or not fused_ok
 
     def _bidirectional(self, q, k, v, lengths):
@@ -326,7 +330,8 @@ class EVAAttention(nn.Module):
                 future = layout.relative_positions(q.device)[:, -w:] > 0  # the own block's keys after the query
                 own_bias = grid[None, :, :, -w:].masked_fill(future, _low(q.dtype))
                 prev_bias = grid[None, :, :, :w] if self.overlap else None
-            out = cpu_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale)
+            out = causal_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale,
+                                                self._dropout_p())
         return out[:, :, :N]
 
     # ---------------------------------------------------------------- incremental decoding

@@ -1,0 +1,251 @@
+"""Causal EVA on torch's fused attention kernels, its parts joined exactly by their log-sum-exp.
+
+Query block b attends, in one softmax, to three parts: its own block up to each query, the whole previous
+block (with overlap), and the first K_b chunk summaries (layout.visible_chunks: a prefix). Each part is one
+call of a fused kernel, which also returns l, the log-sum-exp of the part's logits, and the parts are joined
+exactly:
+    l = log sum_i exp(l_i),   y = sum_i exp(l_i - l) y_i.
+With attention dropout each part drops its own probabilities; the join keeps fairseq's meaning (dropout on
+the joint probabilities), as each y_i is normalised by its part's undropped sum exp(l_i).
+The backward runs the kernel's own backward on each part with the joint y and l: the softmax gradient
+dS = P (dP - rowsum(dy * y)) of the joint softmax needs nothing else (with dropout too: rowsum(dy * y) is
+rowsum(P * dP) for the dropped dP), and dS summed over blocks is the gradient of the shared bias (RPE).
+
+Two kernels (docs/design.md, "Kernels"):
+- CPU: torch's fused CPU kernel. No dropout, no bias gradient: evaluation, or training with a frozen RPE.
+- CUDA: torch's memory-efficient kernel. It takes attention dropout (its philox state replays the mask in
+  the backward) and returns the gradient of an additive bias: the paper's settings.
+On the CPU each block's summaries are one call (a prefix needs no mask). On CUDA, where one launch per
+block would be hundreds, blocks are grouped into calls of up to GROUP_LOGITS logits, and the staircase of
+the chunks each block sees is an additive mask.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+GROUP_LOGITS = 2**22  # CUDA: queries x summaries of one call for the chunk part
+
+
+class CPUKernel:
+    """torch's fused CPU kernel: (out, lse) forward, (dq, dk, dv) backward."""
+
+    forward_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    trains_bias_and_dropout = False
+    group_logits = 0  # one call per block for the chunk part
+
+    @classmethod
+    def available(cls, q):
+        return cls.forward_op is not None
+
+    @classmethod
+    def forward(cls, q, k, v, bias, causal, dropout, scale):
+        out, lse = cls.forward_op(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)
+        return out, lse, None
+
+    @classmethod
+    def backward(cls, grad, q, k, v, bias, out, lse, state, causal, dropout, scale, bias_grad):
+        dq, dk, dv = cls.backward_op(grad, q, k, v, out, lse, 0.0, causal, attn_mask=bias, scale=scale)
+        return dq, dk, dv, None
+
+
+class CUDAKernel:
+    """torch's memory-efficient CUDA kernel, with dropout and the bias gradient. Every call gets a bias (the
+    causal mask in it): its rows padded to 16 elements, as the kernel reads them aligned."""
+
+    forward_op = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None)
+    backward_op = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention_backward", None)
+    trains_bias_and_dropout = True
+    group_logits = GROUP_LOGITS
+
+    @classmethod
+    def available(cls, q):
+        return cls.forward_op is not None and q.dtype in (torch.float16, torch.bfloat16, torch.float32) and q.size(-1) % 8 == 0
+
+    @staticmethod
+    def _bias(bias, q, k):
+        """bias (broadcasting to B x H x L x S; None: zeros) as the kernel reads it: q's dtype, rows of a
+        multiple of 16."""
+        S = k.size(-2)
+        bias = q.new_zeros(1, S) if bias is None else bias
+        aligned = bias.new_empty(*bias.shape[:-1], 16 * math.ceil(S / 16), dtype=q.dtype)[..., :S]
+        return aligned.copy_(bias).expand(q.size(0), q.size(1), q.size(2), S)
+
+    @classmethod
+    def forward(cls, q, k, v, bias, causal, dropout, scale):
+        bias = cls._bias(bias, q, k)
+        out, lse, seed, offset = cls.forward_op(q, k, v, bias, True, dropout, False, scale=scale)
+        return out, lse[..., : q.size(-2)], (seed, offset)
+
+    @classmethod
+    def backward(cls, grad, q, k, v, bias, out, lse, state, causal, dropout, scale, bias_grad):
+        L = q.size(-2)
+        lse = F.pad(lse, (0, 32 * math.ceil(L / 32) - L)).contiguous()  # the kernel's own padding of l
+        dq, dk, dv, d_bias = cls.backward_op(grad.contiguous(), q, k, v, cls._bias(bias, q, k), out, lse, *state, dropout,
+                                             [True, True, True, bias_grad], False, scale=scale)
+        return dq, dk, dv, d_bias
+
+
+KERNELS = {"cpu": CPUKernel, "cuda": CUDAKernel}
+
+
+def kernel_for(q):
+    """The fused kernel for q's device and dtype, or None."""
+    kernel = KERNELS.get(q.device.type)
+    return kernel if kernel is not None and kernel.available(q) else None
+
+
+def accepts(q, bias_needs_grad, dropout):
+    """Whether a fused kernel can compute the layer on q's device (with this dropout and bias gradient)."""
+    kernel = kernel_for(q)
+    return kernel is not None and (kernel.trains_bias_and_dropout or (not bias_needs_grad and dropout == 0))
+
+
+class _Part:
+    """One fused call: the queries of `blocks` against `keys` ("own", "previous", or K chunk summaries).
+    Own and previous parts have the blocks as batch rows, (B blocks) x H x w x d; a chunk part has its
+    blocks' queries as one sequence, B x H x (blocks w) x d."""
+
+    def __init__(self, blocks, keys, k, v, causal, bias):
+        self.blocks, self.keys, self.k, self.v, self.causal, self.bias = blocks, keys, k, v, causal, bias
+
+    def rows(self, t):
+        """B x nb x H x w (x d) -> this part's query rows."""
+        t = t[:, self.blocks]
+        return t.flatten(0, 1) if isinstance(self.keys, str) else t.transpose(1, 2).flatten(2, 3)
+
+    def blocks_of(self, t, B):
+        """This part's query rows -> B x blocks x H x w (x d)."""
+        return t.unflatten(0, (B, -1)) if isinstance(self.keys, str) else t.unflatten(2, (self.size, -1)).transpose(1, 2)
+
+    @property
+    def size(self):
+        return self.blocks.stop - self.blocks.start
+
+
+def _chunk_groups(layout, nb, total, group_logits):
+    """(b0, b1, K): blocks [b0, b1) attend to the first K summaries in one call (K: what b1 - 1 sees)."""
+    b0 = 0
+    while b0 < nb and layout.visible_chunks(b0, total) == 0:
+        b0 += 1
+    while b0 < nb:
+        b1 = b0 + 1
+        while b1 < nb and (b1 + 1 - b0) * layout.window * layout.visible_chunks(b1, total) <= group_logits:
+            b1 += 1
+        yield b0, b1, layout.visible_chunks(b1 - 1, total)
+        b0 = b1
+
+
+def _staircase(layout, b0, b1, K, dtype, device):
+    """The additive mask of the summaries each query of blocks [b0, b1) does not see: rows x K, or None."""
+    seen = [layout.visible_chunks(b, K) for b in range(b0, b1)]
+    if min(seen) == K:
+        return None
+    seen = torch.tensor(seen, device=device).repeat_interleave(layout.window)
+    hidden = torch.arange(K, device=device) >= seen[:, None]
+    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)
+
+
+def _parts(kernel, k, v, k_summary, beta, own_bias, prev_bias, layout):
+    """The parts of the joint softmax; k, v: B x nb x H x w x d."""
+    nb, w = k.size(1), layout.window
+    if own_bias is None and kernel.trains_bias_and_dropout:  # this kernel takes the causal mask as a bias
+        future = torch.ones(w, w, dtype=torch.bool, device=k.device).triu(1)
+        own_bias = torch.zeros(w, w, dtype=k.dtype, device=k.device).masked_fill(future, torch.finfo(k.dtype).min)
+    yield _Part(slice(0, nb), "own", k.flatten(0, 1), v.flatten(0, 1), own_bias is None, own_bias)
+    if layout.overlap and nb > 1:
+        if prev_bias is None and kernel.trains_bias_and_dropout:
+            prev_bias = k.new_zeros(w, w)
+        yield _Part(slice(1, nb), "previous", k[:, :-1].flatten(0, 1), v[:, :-1].flatten(0, 1), False, prev_bias)
+    if k_summary is not None:
+        for b0, b1, K in _chunk_groups(layout, nb, k_summary.size(2), kernel.group_logits):
+            mask = _staircase(layout, b0, b1, K, k.dtype, k.device)
+            yield _Part(slice(b0, b1), K, k_summary[:, :, :K], beta[:, :, :K], False, mask)
+
+
+def _by_blocks(t, w):
+    """B x H x N x d -> B x nb x H x w x d."""
+    return t.transpose(1, 2).unflatten(1, (-1, w)).transpose(2, 3)
+
+
+def _join(out, lse, part_out, part_lse):
+    """Joins a part (its output and log-sum-exp) into (out, lse), in place."""
+    joint = torch.logaddexp(lse, part_lse)
+    out.mul_((lse - joint).exp().unsqueeze(-1)).add_(part_out * (part_lse - joint).exp().unsqueeze(-1))
+    lse.copy_(joint)
+
+
+class CausalFused(torch.autograd.Function):
+    """q, k, v: B x H x N x d (N a multiple of the window); k_summary, beta: B x H x C x d or None;
+    own_bias, prev_bias: additive biases (broadcasting to 1 x H x w x w) or None, own_bias with the causal
+    mask in it. Returns B x H x N x d."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, dropout):
+        B, w = q.size(0), layout.window
+        kernel = kernel_for(q)
+        qb, kb, vb = (_by_blocks(t, w) for t in (q, k, v))
+        out = lse = None
+        states = []
+        for part in _parts(kernel, kb, vb, k_summary, beta, own_bias, prev_bias, layout):
+            part_out, part_lse, state = kernel.forward(part.rows(qb), part.k, part.v, part.bias, part.causal, dropout, scale)
+            states.append(state)
+            part_out, part_lse = part.blocks_of(part_out, B), part.blocks_of(part_lse, B)
+            if out is None:  # B x nb x H x w (x d), at least float32
+                precision = torch.promote_types(q.dtype, torch.float32)
+                out, lse = part_out.to(precision), part_lse.to(precision)
+            else:
+                _join(out[:, part.blocks], lse[:, part.blocks], part_out, part_lse)
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, k_summary, beta, own_bias, prev_bias, out, lse)
+        ctx.layout, ctx.scale, ctx.dropout, ctx.states = layout, scale, dropout, states
+        return out.transpose(2, 3).flatten(1, 2).transpose(1, 2)  # B x nb x H x w x d -> B x H x N x d
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, k_summary, beta, own_bias, prev_bias, out, lse = ctx.saved_tensors
+        B, w = q.size(0), ctx.layout.window
+        kernel = kernel_for(q)
+        qb, kb, vb, grad = (_by_blocks(t, w) for t in (q, k, v, grad))
+        dq, dk, dv = (torch.zeros_like(t) for t in (qb, kb, vb))  # B x nb x H x w x d
+        d_summary = None if k_summary is None else torch.zeros_like(k_summary)
+        d_beta = None if beta is None else torch.zeros_like(beta)
+        trainable = {"own": own_bias is not None and ctx.needs_input_grad[5],
+                     "previous": prev_bias is not None and ctx.needs_input_grad[6]}
+        d_bias = {}
+        parts = _parts(kernel, kb, vb, k_summary, beta, own_bias, prev_bias, ctx.layout)
+        for part, state in zip(parts, ctx.states):
+            bias_grad = trainable.get(part.keys, False)
+            gq, gk, gv, g_bias = kernel.backward(
+                part.rows(grad), part.rows(qb), part.k, part.v, part.bias, part.rows(out), part.rows(lse).contiguous(),
+                state, part.causal, ctx.dropout, ctx.scale, bias_grad,
+            )
+            dq[:, part.blocks] += part.blocks_of(gq, B)
+            if part.keys == "own":
+                dk += gk.unflatten(0, (B, -1))
+                dv += gv.unflatten(0, (B, -1))
+            elif part.keys == "previous":
+                dk[:, :-1] += gk.unflatten(0, (B, -1))
+                dv[:, :-1] += gv.unflatten(0, (B, -1))
+            else:
+                d_summary[:, :, : part.keys] += gk
+                d_beta[:, :, : part.keys] += gv
+            if bias_grad:  # summed over the blocks that share the bias
+                d_bias[part.keys] = g_bias.sum(0, dtype=lse.dtype)  # at least float32
+        dq, dk, dv = (g.transpose(2, 3).flatten(1, 2).transpose(1, 2) for g in (dq, dk, dv))
+        d_own, d_prev = (d_bias[name].reshape(b.shape).to(b.dtype) if name in d_bias else None
+                         for name, b in (("own", own_bias), ("previous", prev_bias)))
+        return dq, dk, dv, d_summary, d_beta, d_own, d_prev, None, None, None
+
+
+def causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, dropout=0.0):
+    """Causal EVA by a fused kernel (see the module docstring for what each accepts)."""
+    needs_grad = any(b is not None and b.requires_grad for b in (own_bias, prev_bias))
+    if not accepts(q, needs_grad, dropout):
+        raise ValueError(f"causal_fused: no fused kernel on {q.device.type} takes {q.dtype} tensors, attention dropout "
+                         f"({dropout}) or a bias with gradient here (the CPU kernel takes neither); use blockwise")
+    if k_summary is not None:  # one dtype for the kernels (autocast gives float32 summaries)
+        k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
+    return CausalFused.apply(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, float(dropout))
