@@ -211,7 +211,7 @@ class CausalFused(torch.autograd.Function):
         B, w = q.size(0), ctx.layout.window
         kernel = kernel_for(q)
         qb, kb, vb, grad = (_by_blocks(t, w) for t in (q, k, v, grad))
-        dq, dk, dv = (torch.zeros_like(t) for t in (qb, kb, vb))  # B x nb x H x w x d
+        dq = dk = dv = None  # B x nb x H x w x d, from the own part (the first)
         d_summary = None if k_summary is None else torch.zeros_like(k_summary)
         d_beta = None if beta is None else torch.zeros_like(beta)
         trainable = {"own": own_bias is not None and ctx.needs_input_grad[5],
@@ -224,14 +224,14 @@ class CausalFused(torch.autograd.Function):
                 part.rows(grad), part.rows(qb), part.k, part.v, part.bias, part.rows(out), part.rows(lse).contiguous(),
                 state, part.causal, ctx.dropout, ctx.scale, bias_grad,
             )
-            dq[:, part.blocks] += part.blocks_of(gq, B)
             if part.keys == "own":
-                dk += gk.unflatten(0, (B, -1))
-                dv += gv.unflatten(0, (B, -1))
+                dq, dk, dv = (g.unflatten(0, (B, -1)) for g in (gq, gk, gv))
             elif part.keys == "previous":
+                dq[:, 1:] += gq.unflatten(0, (B, -1))
                 dk[:, :-1] += gk.unflatten(0, (B, -1))
                 dv[:, :-1] += gv.unflatten(0, (B, -1))
             else:
+                dq[:, part.blocks] += part.blocks_of(gq, B)
                 d_summary[:, :, : part.keys] += gk
                 d_beta[:, :, : part.keys] += gv
             if bias_grad:  # summed over the blocks that share the bias
