@@ -4,8 +4,8 @@ For each length N, every mechanism of benchmarks/baselines.py is timed on the sa
 and repeated (benchmarks/common.py): the whole layer (the four projections included) and the attention
 alone (on per-head q, k, v laid out as the projections leave them). "projections" is the floor: the
 four projections with q + k + v as attention. Peak memory is that of the whole layer's forward and
-backward. Speed-ups are baseline time / mechanism time, memory ratios mechanism / baseline, from the
-same run.
+backward. Speed-ups are baseline time / mechanism time (the median of the ratios of each round of the
+interleaving), memory ratios mechanism / baseline, from the same run.
 
     python -m benchmarks.speed                       # the full run of docs/RESULTS.md (minutes)
     python -m benchmarks.speed --lengths 512 1024 --repeats 3
@@ -108,6 +108,16 @@ def measure_length(args, N, device, dtype):
     return rows
 
 
+def speedup(a, b, kind):
+    """b's time / a's: the median of the per-round ratios, as the candidates of one round of
+    common.time_interleaved run seconds apart and a slow spell of the machine hits both; the ratio of
+    the medians where the samples do not pair up."""
+    sa, sb = a.get(f"{kind}_samples"), b.get(f"{kind}_samples")
+    if sa and sb and len(sa) == len(sb):
+        return common.median([y / x for x, y in zip(sa, sb)])
+    return b[f"{kind}_s"] / a[f"{kind}_s"]
+
+
 def ratios(rows):
     """Speed-ups (baseline / mechanism) and memory ratios (mechanism / baseline) of PAIRS, per length."""
     table = {(r["N"], r["mechanism"]): r for r in rows}
@@ -117,9 +127,9 @@ def ratios(rows):
             a, b = table.get((N, mech)), table.get((N, base))
             if a is None or b is None:
                 continue
-            entry = {"N": N, "mechanism": mech, "baseline": base, "layer_speedup": b["layer_s"] / a["layer_s"]}
+            entry = {"N": N, "mechanism": mech, "baseline": base, "layer_speedup": speedup(a, b, "layer")}
             if "attention_s" in a and "attention_s" in b:
-                entry["attention_speedup"] = b["attention_s"] / a["attention_s"]
+                entry["attention_speedup"] = speedup(a, b, "attention")
             if a.get("peak_bytes") and b.get("peak_bytes"):
                 entry["memory_ratio"] = a["peak_bytes"] / b["peak_bytes"]
             out.append(entry)

@@ -33,6 +33,15 @@ def test_speed(tmp_path):
     assert all(s["layer_speedup"] > 0 and s["memory_ratio"] > 0 for s in data["speedups"])
 
 
+def test_speedups_pair_the_samples_of_each_round():
+    """A slow spell that hits one round of the interleaving moves neither candidate's ratio in that round;
+    the ratio of the medians would take the baseline's fast round against the mechanism's slow one."""
+    base = {"layer_s": 1.0, "layer_samples": [1.0, 2.0, 1.0]}
+    mech = {"layer_s": 2.2, "layer_samples": [1.1, 2.2, 2.5]}
+    assert speed.speedup(mech, base, "layer") == pytest.approx(1 / 1.1)
+    assert speed.speedup({"layer_s": 2.0}, base, "layer") == 0.5  # no samples: the ratio of the medians
+
+
 def test_approximation(tmp_path):
     data = run(approximation, tmp_path, "--length", "64", "--windows", "8", "16", "64", "--chunks", "0", "4",
                "--causal-windows", "8",
