@@ -14,7 +14,8 @@
    0.1 beside the same layer without them (benchmarks/speed.py on CUDA).
 3. fairseq-train --fp16 for 200 updates of the tiny translation and language models, EVA and softmax, on
    the bundled sample: finite losses and training words per second.
-Writes gpu_check.json, speed.json / speed.png and the fairseq logs under --out; prints the summary last.
+Writes gpu_check.json, gpu_check.md, speed.json / speed.png, speed_batch4.json and the fairseq logs under --out;
+prints the summary last.
 """
 
 import argparse

@@ -62,7 +62,8 @@ CASES = [
 
 def outputs_and_gradients(mod, x):
     y = mod(x)
-    return y, torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=F64).view_as(y)).sum(), [x, *mod.parameters()])
+    weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y)
+    return y, torch.autograd.grad((y * weights).sum(), [x, *mod.parameters()])
 
 
 @pytest.mark.parametrize("options", CASES, ids=str)
@@ -112,6 +113,21 @@ def test_the_cuda_form_takes_dropout_and_passes_gradcheck(reference_kernel):
         dropped = attention(0.3, 1)(*inputs_)
     assert not torch.allclose(dropped, plain)
     assert (mean - plain).abs().max() < 0.1 * plain.abs().max()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("options", CASES, ids=str)
+def test_the_cuda_kernel_equals_the_blockwise_kernel_on_cuda(options, monkeypatch):
+    """The real CUDA kernel, float32: the same outputs and gradients as the blockwise kernel on CUDA."""
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: torch.zeros_like(t))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    mod = make(train=True, use_rpe=True, dtype=torch.float32, **options).cuda()
+    x = inputs(2, 45, dtype=torch.float32).cuda().requires_grad_()
+    fused = outputs_and_gradients(mod, x)
+    mod.kernel = "blockwise"
+    blockwise = outputs_and_gradients(mod, x)
+    for a, b in zip([fused[0], *fused[1]], [blockwise[0], *blockwise[1]]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_the_cpu_kernel_is_chosen_on_the_cpu_and_refuses_training_settings():
