@@ -86,6 +86,20 @@ def test_the_cuda_form_equals_the_blockwise_kernel(options, reference_kernel, mo
     assert any(b1 - b0 > 1 for b0, b1, _ in groups)  # the staircase mask was exercised
 
 
+@pytest.mark.parametrize("options", CASES[:2], ids=str)
+def test_the_cuda_form_without_rpe_builds_the_causal_mask_itself(options, reference_kernel, monkeypatch):
+    """No RPE: the CUDA form gives its own part the causal mask as a bias (the kernel gets no is_causal),
+    and the output and gradients equal the blockwise kernel's."""
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: torch.zeros_like(t))
+    mod = make(train=True, use_rpe=False, **options)
+    x = inputs(2, 45, requires_grad=True)
+    fused = outputs_and_gradients(mod, x)
+    mod.kernel = "blockwise"
+    blockwise = outputs_and_gradients(mod, x)
+    for a, b in zip([fused[0], *fused[1]], [blockwise[0], *blockwise[1]]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
 def test_the_cuda_form_takes_dropout_and_passes_gradcheck(reference_kernel):
     """Attention dropout on the joint probabilities: each part's mask replayed in its backward (gradcheck
     with the same masks in every call), and the mean over many masks is the output without dropout."""

@@ -154,7 +154,7 @@ def _parts(kernel, k, v, k_summary, beta, own_bias, prev_bias, layout):
     """The parts of the joint softmax; k, v: B x nb x H x w x d."""
     nb, w = k.size(1), layout.window
     if own_bias is None and kernel.trains_bias_and_dropout:  # this kernel takes the causal mask as a bias
-        future = torch.ones(w, w, dtype=torch.bool, device=k.device).triu(1)
+        future = layout.relative_positions(k.device)[:, -w:] > 0  # the own block's keys after the query
         own_bias = torch.zeros(w, w, dtype=k.dtype, device=k.device).masked_fill(future, torch.finfo(k.dtype).min)
     yield _Part(slice(0, nb), "own", k.flatten(0, 1), v.flatten(0, 1), own_bias is None, own_bias)
     if layout.overlap and nb > 1:
