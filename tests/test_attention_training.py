@@ -57,7 +57,10 @@ def test_training_gradients_match_the_definition(options, monkeypatch):
 
 
 def test_dropout_mask_has_rate_p_and_mean_one():
-    draws = softmax_dropout.draws((4, 512, 512), seed=3, device=torch.device("cpu"))
+    def cpu_draws(seed):  # 2048 query rows of 512 keys
+        return softmax_dropout.draws(torch.arange(4 * 512).view(4, 512), 512, seed, torch.device("cpu"))
+
+    draws = cpu_draws(3)
     assert draws.min() >= 0 and draws.max() < 2**16
     counts = torch.bincount(draws.flatten() >> 12, minlength=16).double()  # 16 bins of the 16-bit draws: uniform
     assert ((counts - counts.mean()).square() / counts.mean()).sum() < 50  # chi-square, 15 degrees of freedom
@@ -65,10 +68,10 @@ def test_dropout_mask_has_rate_p_and_mean_one():
     dropped = 1 - keep.mean().item()
     assert abs(dropped - 0.1) < 4 * (0.1 * 0.9 / keep.numel()) ** 0.5
     assert abs(keep.mean().item() * softmax_dropout.keep_scale(0.1) - 1) < 2e-3
-    assert torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=3, device=torch.device("cpu")))
-    assert not torch.equal(draws, softmax_dropout.draws((4, 512, 512), seed=4, device=torch.device("cpu")))
-    # consecutive seeds (a kernel's groups) give unrelated masks, not shifted copies of one another
-    other = (softmax_dropout.draws((4, 512, 512), seed=4, device=torch.device("cpu")) >= softmax_dropout.threshold(0.1)).double()
+    assert torch.equal(draws, cpu_draws(3))
+    assert not torch.equal(draws, cpu_draws(4))
+    # consecutive seeds give unrelated masks, not shifted copies of one another
+    other = (cpu_draws(4) >= softmax_dropout.threshold(0.1)).double()
     for shift in range(4):
         both = keep.flatten()[shift:] * other.flatten()[: other.numel() - shift]
         assert abs(both.mean().item() - 0.81) < 4 * (0.81 * 0.19 / both.numel()) ** 0.5

@@ -13,18 +13,20 @@ logits: the backward recomputes S and P group by group, as FlashAttention does, 
 
 which gives dQ, dK, dV, the chunk summaries' gradients, and the bias gradient: dS of the local keys summed
 over blocks, one value per (head, query offset, key offset) for the caller to map onto its buckets.
-The matrix products are torch's; the passes between them (bias, softmax, dropout and their backward) are
-softmax_dropout.py's. Groups are sized to stay in the CPU's cache; each group's dropout mask is a function
-of a seed of its own, so the backward draws the same mask again instead of storing it.
+On float32 CPU tensors one compiled C loop does all of it block by block (cpu_kernel.py); elsewhere (CUDA,
+float64, no C compiler) groups of blocks run torch's matrix products and softmax_dropout.py's passes. The
+dropout mask is a function of the seed, the query row and the key, so the backward draws the forward's
+mask again instead of storing it.
 """
 
 import torch
 import torch.nn.functional as F
 
-from . import softmax_dropout
+from . import cpu_kernel, softmax_dropout
 
-# logits a group holds at most (heads x queries x keys). CPU: 4 MiB of float32, so that the passes over a
-# group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a bounded transient memory.
+# logits a group holds at most (heads x queries x keys). CPU (float64, or no C compiler): 4 MiB of float32, so
+# that the passes over a group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a
+# bounded transient memory.
 GROUP_ELEMENTS = {"cpu": 2**20, "cuda": 2**24}
 
 
@@ -72,6 +74,11 @@ class _Group:
         self.positions = layout.key_positions(b0, b1, q.device)  # G x width
         self.key_range = (b0 * w + layout.offset, (b1 - 1) * w + layout.offset + layout.width)  # [first, end)
 
+    def row_ids(self, B, H, N):
+        """The group's query rows as the dropout masks number them, (b H + h) N + n: B x H x G x w (CPU)."""
+        first = (torch.arange(B)[:, None] * H + torch.arange(H)) * N
+        return (first[:, :, None] + torch.arange(self.rows.start, self.rows.stop)).unflatten(2, (self.size, -1))
+
     def rows_of(self, t):
         """The group's rows of a B x H x N x e tensor, as B x H x G x w x e."""
         return t[:, :, self.rows].unflatten(2, (self.size, -1))
@@ -113,31 +120,77 @@ def _local_bias(layout, grid, heads, dtype, device):
 
 
 def _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
-    """(index, group, S) for each group of blocks: what the forward computes and the backward recomputes."""
+    """(group, S) for each group of blocks: what the forward computes and the backward recomputes."""
     N = q.size(2)
     shortest = int(lengths.min())
     C = 0 if k_summary is None else k_summary.size(2)
-    for i, (b0, b1) in enumerate(_groups(layout, N // layout.window, q.size(1), C, q.device)):
+    for b0, b1 in _groups(layout, N // layout.window, q.size(1), C, q.device):
         g = _Group(q, k, v, k_summary, beta, layout, b0, b1, scale)
-        yield i, g, g.logits(layout, lengths, shortest, chunk_ok)
+        yield g, g.logits(layout, lengths, shortest, chunk_ok)
+
+
+def _forward_groups(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed):
+    """(Y, lse) group by group: torch's products and softmax_dropout.py's passes."""
+    B, H, N, d = q.shape
+    out = q.new_empty(B, N, H, d).transpose(1, 2)
+    lse = q.new_empty(B, H, N, dtype=torch.promote_types(q.dtype, torch.float32))  # S's dtype (see logits)
+    for g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
+        PZ, g_lse = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed, g.row_ids(B, H, N))
+        lse[:, :, g.rows] = g_lse.flatten(2, 3)
+        out[:, :, g.rows] = torch.matmul(PZ.to(g.values.dtype), g.values).flatten(2, 3)
+    return out, lse
+
+
+def _backward_groups(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, layout, dropout, scale, seed, bias_grad):
+    """(dq, dk, dv, d_summary, d_beta, d_bias) group by group; d_bias (H x w x width) only if bias_grad."""
+    B, H, N, d = q.shape
+    width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
+    dq = q.new_empty(B, N, H, d).transpose(1, 2)
+    own_keys = layout.offset == 0 and width == layout.window  # every key is local to one block: dk, dv by copies
+    dk, dv = ((q.new_empty if own_keys else q.new_zeros)(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
+    d_summary = None if k_summary is None else torch.zeros_like(k_summary)
+    d_beta = None if beta is None else torch.zeros_like(beta)
+    d_bias = lse.new_zeros(bias.shape) if bias_grad else None
+    for g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
+        dy = g.rows_of(grad)  # B x H x G x w x d
+        dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(S.dtype)
+        l_rows = lse[:, :, g.rows].unflatten(2, (g.size, -1))
+        PZ, dS = softmax_dropout.backward(S, dP, l_rows, bias, g.keys_seen(layout), d_bias, dropout, seed, g.row_ids(B, H, N))
+        del S, dP
+        d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
+        del PZ
+        dS = dS.to(g.keys.dtype)
+        dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
+        d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
+        del dS
+        if own_keys:
+            dk[:, :, g.rows] = d_keys[:, :, :, :width].flatten(2, 3)
+            dv[:, :, g.rows] = d_values[:, :, :, :width].flatten(2, 3)
+        else:
+            positions = (g.positions + left).flatten()
+            dk.index_add_(2, positions, d_keys[:, :, :, :width].flatten(2, 3))
+            dv.index_add_(2, positions, d_values[:, :, :, :width].flatten(2, 3))
+        if g.chunks:
+            d_summary[:, :, : g.chunks] += d_keys[:, :, :, width:].sum(2)
+            d_beta[:, :, : g.chunks] += d_values[:, :, :, width:].sum(2)
+    return dq, dk[:, :, left : left + N], dv[:, :, left : left + N], d_summary, d_beta, d_bias
 
 
 class BlockwiseAttention(torch.autograd.Function):
     """q, k, v: B x H x N x d, N a multiple of the window (a query block never straddles the end);
     k_summary, beta: B x H x C x d or None; grid: the bias of the local keys, H x w x width, or None;
     lengths: B, the real tokens of each row (keys at or after it are hidden); chunk_ok: B x C or None;
-    layout: a layout.BlockLayout. Returns Y, B x H x N x d (a view of B x N x H x d memory)."""
+    layout: a layout.BlockLayout. Returns Y, B x H x N x d (a view of B x N x H x d memory).
+    Float32 on the CPU runs cpu_kernel.py's C loop, anything else the groups above."""
 
     @staticmethod
     def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
-        B, H, N, d = q.shape
-        out = q.new_empty(B, N, H, d).transpose(1, 2)
-        lse = q.new_empty(B, H, N, dtype=torch.promote_types(q.dtype, torch.float32))  # S's dtype (see logits)
-        bias = _local_bias(layout, grid, H, lse.dtype, q.device)
-        for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
-            PZ, g_lse = softmax_dropout.forward(S, bias, g.keys_seen(layout), dropout, seed + i)
-            lse[:, :, g.rows] = g_lse.flatten(2, 3)
-            out[:, :, g.rows] = torch.matmul(PZ.to(g.values.dtype), g.values).flatten(2, 3)
+        bias = _local_bias(layout, grid, q.size(1), torch.promote_types(q.dtype, torch.float32), q.device)
+        if cpu_kernel.applies(q):
+            q, k, v, k_summary, beta = cpu_kernel.operands(q, k, v, k_summary, beta)
+            out, lse = cpu_kernel.forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed)
+        else:
+            out, lse = _forward_groups(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed)
         ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse)
         ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
         return out
@@ -145,41 +198,11 @@ class BlockwiseAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse = ctx.saved_tensors
-        layout, scale, dropout = ctx.layout, ctx.scale, ctx.dropout
-        B, H, N, d = q.shape
-        width, left = layout.width, max(0, -layout.offset)  # dk, dv hold `left` positions before 0
-        dq = q.new_empty(B, N, H, d).transpose(1, 2)
-        own_keys = layout.offset == 0 and width == layout.window  # every key is local to one block: dk, dv by copies
-        dk, dv = ((q.new_empty if own_keys else q.new_zeros)(B, left + N + width, H, d).transpose(1, 2) for _ in range(2))
-        d_summary = None if k_summary is None else torch.zeros_like(k_summary)
-        d_beta = None if beta is None else torch.zeros_like(beta)
-        d_grid = None if grid is None else lse.new_zeros(grid.shape)
-        bias = _local_bias(layout, grid, H, lse.dtype, lse.device)
-        for i, g, S in _logits(q, k, v, k_summary, beta, lengths, chunk_ok, layout, scale):
-            dy = g.rows_of(grad)  # B x H x G x w x d
-            dP = torch.matmul(dy, g.values.transpose(-1, -2)).to(S.dtype)
-            l_rows = lse[:, :, g.rows].unflatten(2, (g.size, -1))
-            PZ, dS = softmax_dropout.backward(S, dP, l_rows, bias, g.keys_seen(layout), d_grid, dropout, ctx.seed + i)
-            del S, dP
-            d_values = torch.matmul(PZ.to(dy.dtype).transpose(-1, -2), dy)  # B x H x G x keys x d
-            del PZ
-            dS = dS.to(g.keys.dtype)
-            dq[:, :, g.rows] = torch.matmul(dS, g.keys).mul_(scale).flatten(2, 3)
-            d_keys = torch.matmul(dS.transpose(-1, -2), g.q)  # g.q is scaled already
-            del dS
-            if own_keys:
-                dk[:, :, g.rows] = d_keys[:, :, :, :width].flatten(2, 3)
-                dv[:, :, g.rows] = d_values[:, :, :, :width].flatten(2, 3)
-            else:
-                positions = (g.positions + left).flatten()
-                dk.index_add_(2, positions, d_keys[:, :, :, :width].flatten(2, 3))
-                dv.index_add_(2, positions, d_values[:, :, :, :width].flatten(2, 3))
-            if g.chunks:
-                d_summary[:, :, : g.chunks] += d_keys[:, :, :, width:].sum(2)
-                d_beta[:, :, : g.chunks] += d_values[:, :, :, width:].sum(2)
-        dk, dv = dk[:, :, left : left + N], dv[:, :, left : left + N]
-        d_grid = None if d_grid is None else d_grid.to(grid.dtype)
-        return dq, dk, dv, d_summary, d_beta, d_grid, None, None, None, None, None, None
+        bias = _local_bias(ctx.layout, grid, q.size(1), lse.dtype, q.device)
+        run = cpu_kernel.backward if cpu_kernel.applies(q) else _backward_groups
+        *grads, d_bias = run(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, ctx.layout, ctx.dropout, ctx.scale,
+                             ctx.seed, grid is not None and ctx.needs_input_grad[5])
+        return (*grads, None if d_bias is None else d_bias.to(grid.dtype), None, None, None, None, None, None)
 
 
 def blockwise_attention(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout=0.0, scale=None, seed=None):

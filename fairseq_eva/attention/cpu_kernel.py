@@ -1,0 +1,392 @@
+"""The blockwise kernel on the CPU (float32) as one compiled C loop: per head and block of queries, the matrix
+products (torch's own sgemm) and the softmax passes between them, while the block's logits are in cache.
+
+It computes what blockwise.py computes group by group (the same logits, masks, bias, dropout mask and
+backward formulas; see its docstring) without the Python between the steps, without copying [local keys ;
+summaries] into one tensor (two products write the two column ranges of the logits), and with one block's
+logits at a time (256 x 384 floats in the benchmarks), which stay in the core's cache for the passes. The
+tests check it against the groups, mask for mask. It runs where torch's library exports sgemm (its MKL or
+OpenBLAS) and a C compiler is; elsewhere the groups run.
+"""
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import warnings
+
+import torch
+
+from . import softmax_dropout
+
+C_SOURCE = r"""
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* lowbias32 (C. Wellons): a bijection of 32-bit integers with good avalanche. */
+static inline uint32_t mix32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16; return x;
+}
+
+/* The seed of global row r's dropout draws. */
+static inline uint32_t row_seed(uint32_t s0, int64_t r) { return mix32((uint32_t)r + s0); }
+
+/* The 16-bit dropout draws of a row's first n elements: two to a hash of (row seed, j / 2), low half first. */
+static const uint16_t *row_draws(uint32_t seed, uint32_t s1, int64_t n, uint16_t *restrict d) {
+    for (int64_t k = 0; k < (n + 1) / 2; k++) {
+        uint32_t h = mix32(mix32((uint32_t)k + seed) ^ s1);
+        d[2 * k] = (uint16_t)(h & 0xFFFFu);
+        d[2 * k + 1] = (uint16_t)(h >> 16);
+    }
+    return d;
+}
+
+static inline float max2(float a, float b) { return a > b ? a : b; }  /* vmaxps; fmaxf would be a call */
+
+/* exp(x) for x <= 0 (x - max), to about 2 ulp; 0 below -87 (Cephes' expf, written to vectorise). */
+static inline float exp_nonpositive(float x) {
+    float c = max2(x, -87.0f);
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round(c / ln 2): 12582912 = 1.5 2^23 */
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;               /* c - n ln 2, in two parts */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits += (int32_t)n << 23;  /* p 2^n */
+    memcpy(&p, &bits, sizeof p);
+    return x < -87.0f ? 0.0f : p;
+}
+
+static inline void add_bias(float *restrict x, const float *restrict bias, int64_t width) {
+    if (!bias) return;
+    for (int64_t j = 0; j < width; j++) x[j] = max2(x[j] + bias[j], -FLT_MAX);
+}
+
+/* x (n logits, biased) <- Z * softmax(x); returns the log-sum-exp. */
+static float softmax_dropout_row(float *restrict x, int64_t n, uint32_t threshold, float scale, uint32_t seed, uint32_t s1,
+                                 uint16_t *restrict buffer) {
+    float m = -FLT_MAX, sum = 0.0f;
+    #pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; j++) m = max2(m, x[j]);
+    for (int64_t j = 0; j < n; j++) x[j] = exp_nonpositive(x[j] - m);
+    #pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++) sum += x[j];
+    float inv = 1.0f / sum, kept = inv * scale;
+    if (threshold) {
+        const uint16_t *draw = row_draws(seed, s1, n, buffer);
+        for (int64_t j = 0; j < n; j++) x[j] *= draw[j] >= threshold ? kept : 0.0f;
+    } else {
+        for (int64_t j = 0; j < n; j++) x[j] *= inv;
+    }
+    return m + logf(sum);
+}
+
+/* Given a row's biased logits x, dP and lse: x <- Z * P, dp <- dS = P (Z dP - rowsum(Z P dP)), and
+   d_bias (its first width entries) += dS. P: a buffer of n. */
+static void softmax_dropout_row_backward(float *restrict x, float *restrict dp, float *restrict P, float lse, int64_t n,
+                                         uint32_t threshold, float scale, uint32_t seed, uint32_t s1,
+                                         uint16_t *restrict buffer, float *restrict d_bias, int64_t width) {
+    float d = 0.0f;
+    for (int64_t j = 0; j < n; j++) P[j] = exp_nonpositive(x[j] - lse);
+    if (threshold) {
+        const uint16_t *draw = row_draws(seed, s1, n, buffer);
+        for (int64_t j = 0; j < n; j++) x[j] = draw[j] >= threshold ? scale * P[j] : 0.0f;
+    } else {
+        for (int64_t j = 0; j < n; j++) x[j] = P[j];
+    }
+    #pragma omp simd reduction(+ : d)
+    for (int64_t j = 0; j < n; j++) d += x[j] * dp[j];
+    for (int64_t j = 0; j < n; j++) dp[j] = x[j] * dp[j] - P[j] * d;
+    if (d_bias)
+        for (int64_t j = 0; j < width; j++) d_bias[j] += dp[j];
+}
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *, const float *,
+                         const int *, const float *, const int *, const float *, float *, const int *);
+
+typedef struct {
+    int64_t B, H, N, d, w, offset, width, C;  /* N: a multiple of w; C: the summaries given */
+    const int64_t *chunks_seen;  /* per block: how many summaries it sees (a prefix) */
+    const int64_t *lengths;      /* B: keys at or after lengths[b] are hidden */
+    const uint8_t *chunk_ok;     /* B x C, or NULL: a summary is hidden where 0 */
+    const float *bias;           /* H x w x width, or NULL: added to the local logits */
+    float scale, keep;
+    uint32_t threshold, s0, s1;
+    int threads;
+    sgemm_fn sgemm;
+} eva_layer;
+
+/* Row-major C (m x n) = alpha op(A) op(B) + beta C by the column-major sgemm (C^T = op(B)^T op(A)^T). */
+static void gemm(const eva_layer *L, char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    int mi = (int)m, ni = (int)n, ki = (int)k, la = (int)lda, lb = (int)ldb, lc = (int)ldc;
+    L->sgemm(&tb, &ta, &ni, &mi, &ki, &alpha, B, &lb, A, &la, &beta, C, &lc);
+}
+
+/* Where a block's operands are: block blk of head h of batch row b. */
+typedef struct {
+    int64_t b, h, blk;
+    int64_t K, keys, a, e;      /* summaries seen, logits a row, local columns inside the sequence [a, e) */
+    int64_t q, local, summary;  /* offsets: the block's first query, its first local key, the summaries */
+} block;
+
+static block locate(const eva_layer *L, int64_t b, int64_t h, int64_t blk) {
+    block t = {b, h, blk};
+    int64_t hd = L->H * L->d, lo = blk * L->w + L->offset;
+    t.K = L->chunks_seen[blk];
+    t.keys = L->width + t.K;
+    t.a = lo < 0 ? -lo : 0;
+    t.e = L->N - lo < L->width ? L->N - lo : L->width;
+    t.q = (b * L->N + blk * L->w) * hd + h * L->d;
+    t.local = (b * L->N + lo + t.a) * hd + h * L->d;
+    t.summary = (b * L->H + h) * L->C * L->d;
+    return t;
+}
+
+/* S (w x keys) = scale Q [K_local ; K~]^T, the hidden keys at -FLT_MAX, plus the bias. */
+static void logits(const eva_layer *L, const block *t, const float *q, const float *k, const float *ks, float *S) {
+    int64_t hd = L->H * L->d, keys = t->keys, lo = t->blk * L->w + L->offset;
+    gemm(L, 'N', 'T', L->w, t->e - t->a, L->d, L->scale, q + t->q, hd, k + t->local, hd, 0.0f, S + t->a, keys);
+    if (t->K) gemm(L, 'N', 'T', L->w, t->K, L->d, L->scale, q + t->q, hd, ks + t->summary, L->d, 0.0f, S + L->width, keys);
+    int64_t seen_end = L->lengths[t->b] - lo;  /* local columns at or after it are past the row's length */
+    if (seen_end > t->e) seen_end = t->e;
+    if (seen_end < t->a) seen_end = t->a;
+    const uint8_t *ok = L->chunk_ok ? L->chunk_ok + t->b * L->C : 0;
+    for (int64_t i = 0; i < L->w; i++) {
+        float *x = S + i * keys;
+        for (int64_t j = 0; j < t->a; j++) x[j] = -FLT_MAX;
+        for (int64_t j = seen_end; j < L->width; j++) x[j] = -FLT_MAX;
+        if (ok)
+            for (int64_t c = 0; c < t->K; c++)
+                if (!ok[c]) x[L->width + c] = -FLT_MAX;
+        add_bias(x, L->bias ? L->bias + (t->h * L->w + i) * L->width : 0, L->width);
+    }
+}
+
+static inline int64_t row_id(const eva_layer *L, const block *t, int64_t i) {
+    return (t->b * L->H + t->h) * L->N + t->blk * L->w + i;
+}
+
+void eva_forward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                 float *out, float *lse) {
+    int64_t hd = L->H * L->d, w = L->w, keys_max = L->width + L->C;
+    #pragma omp parallel num_threads(L->threads)
+    {
+    float *S = malloc(w * keys_max * sizeof *S);
+    uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
+    if (!S || !buffer) abort();
+    #pragma omp for collapse(3) schedule(static)
+    for (int64_t h = 0; h < L->H; h++)
+        for (int64_t b = 0; b < L->B; b++)
+            for (int64_t blk = 0; blk < L->N / w; blk++) {
+                block t = locate(L, b, h, blk);
+                logits(L, &t, q, k, ks, S);
+                for (int64_t i = 0; i < w; i++) {
+                    int64_t r = row_id(L, &t, i);
+                    lse[r] = softmax_dropout_row(S + i * t.keys, t.keys, L->threshold, L->keep, row_seed(L->s0, r), L->s1,
+                                                 buffer);
+                }
+                /* Y = (Z P) [V_local ; beta] */
+                gemm(L, 'N', 'N', w, L->d, t.e - t.a, 1.0f, S + t.a, t.keys, v + t.local, hd, 0.0f, out + t.q, hd);
+                if (t.K)
+                    gemm(L, 'N', 'N', w, L->d, t.K, 1.0f, S + L->width, t.keys, beta + t.summary, L->d, 1.0f, out + t.q, hd);
+            }
+    free(S);
+    free(buffer);
+    }
+}
+
+/* dk, dv, dks, dbeta, dbias are accumulated into (zeros from the caller); dq is written. */
+void eva_backward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                  const float *dy, const float *lse, float *dq, float *dk, float *dv, float *dks, float *dbeta, float *dbias) {
+    int64_t hd = L->H * L->d, w = L->w, width = L->width, keys_max = width + L->C;
+    #pragma omp parallel num_threads(L->threads)
+    {
+    float *S = malloc(w * keys_max * sizeof *S), *dP = malloc(w * keys_max * sizeof *dP), *P = malloc(keys_max * sizeof *P);
+    uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
+    if (!S || !dP || !P || !buffer) abort();
+    #pragma omp for schedule(static)  /* heads in parallel: the rows of one head share its dbias */
+    for (int64_t h = 0; h < L->H; h++)
+        for (int64_t b = 0; b < L->B; b++)
+            for (int64_t blk = 0; blk < L->N / w; blk++) {
+                block t = locate(L, b, h, blk);
+                int64_t keys = t.keys, local = t.e - t.a;
+                logits(L, &t, q, k, ks, S);
+                /* dP = dY [V_local ; beta]^T, 0 for the keys outside the sequence */
+                for (int64_t i = 0; i < w; i++) {
+                    memset(dP + i * keys, 0, t.a * sizeof *dP);
+                    memset(dP + i * keys + t.e, 0, (width - t.e) * sizeof *dP);
+                }
+                gemm(L, 'N', 'T', w, local, L->d, 1.0f, dy + t.q, hd, v + t.local, hd, 0.0f, dP + t.a, keys);
+                if (t.K) gemm(L, 'N', 'T', w, t.K, L->d, 1.0f, dy + t.q, hd, beta + t.summary, L->d, 0.0f, dP + width, keys);
+                for (int64_t i = 0; i < w; i++) {
+                    int64_t r = row_id(L, &t, i);
+                    softmax_dropout_row_backward(S + i * keys, dP + i * keys, P, lse[r], keys, L->threshold, L->keep,
+                                                 row_seed(L->s0, r), L->s1, buffer, dbias ? dbias + (h * w + i) * width : 0,
+                                                 width);
+                }
+                /* S holds Z P and dP holds dS: dV += (Z P)^T dY, dQ = scale dS K, dK += scale dS^T Q */
+                gemm(L, 'T', 'N', local, L->d, w, 1.0f, S + t.a, keys, dy + t.q, hd, 1.0f, dv + t.local, hd);
+                gemm(L, 'N', 'N', w, L->d, local, L->scale, dP + t.a, keys, k + t.local, hd, 0.0f, dq + t.q, hd);
+                gemm(L, 'T', 'N', local, L->d, w, L->scale, dP + t.a, keys, q + t.q, hd, 1.0f, dk + t.local, hd);
+                if (t.K) {
+                    gemm(L, 'T', 'N', t.K, L->d, w, 1.0f, S + width, keys, dy + t.q, hd, 1.0f, dbeta + t.summary, L->d);
+                    gemm(L, 'N', 'N', w, L->d, t.K, L->scale, dP + width, keys, ks + t.summary, L->d, 1.0f, dq + t.q, hd);
+                    gemm(L, 'T', 'N', t.K, L->d, w, L->scale, dP + width, keys, q + t.q, hd, 1.0f, dks + t.summary, L->d);
+                }
+            }
+    free(S);
+    free(dP);
+    free(P);
+    free(buffer);
+    }
+}
+"""
+
+
+class _Layer(ctypes.Structure):
+    """eva_layer of the C source."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in ("B", "H", "N", "d", "w", "offset", "width", "C")] + [
+        (name, ctypes.c_void_p) for name in ("chunks_seen", "lengths", "chunk_ok", "bias")] + [
+        ("scale", ctypes.c_float), ("keep", ctypes.c_float)] + [
+        (name, ctypes.c_uint32) for name in ("threshold", "s0", "s1")] + [
+        ("threads", ctypes.c_int), ("sgemm", ctypes.c_void_p)]
+
+
+def _sgemm():
+    """The address of the sgemm torch's matrix products use (its MKL or OpenBLAS), or None."""
+    folder = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            fn = getattr(ctypes.CDLL(path), "sgemm_", None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value
+    return None
+
+
+def _cpu_signature():
+    """What -march=native depends on: a cache folder shared by different machines keeps one build each."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + flags
+
+
+def _compile():
+    """The C loop as a shared library, compiled once per source and CPU into the user's cache folder; None
+    where it cannot be built (no C compiler)."""
+    digest = hashlib.sha1((C_SOURCE + _cpu_signature()).encode()).hexdigest()[:12]
+    folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "fairseq_eva")
+    path = os.path.join(folder, f"cpu_kernel_{digest}.so")
+    try:
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                source, library = os.path.join(tmp, "kernel.c"), os.path.join(tmp, "kernel.so")
+                with open(source, "w") as f:
+                    f.write(C_SOURCE)
+                cc = os.environ.get("CC", "cc")
+                subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared",
+                                "-fPIC", source, "-o", library, "-lm"], check=True, capture_output=True)
+                os.replace(library, path)  # atomic: processes compiling at once each leave a whole file
+        return ctypes.CDLL(path)
+    except (OSError, subprocess.CalledProcessError) as e:
+        detail = getattr(e, "stderr", b"") or b""
+        warnings.warn(f"fairseq_eva: the CPU kernel could not be built ({e}); running blockwise.py's groups instead "
+                      f"(slower). {detail.decode()[-500:]}")
+        return None
+
+
+_library = None
+
+
+def library():
+    """(the compiled kernel, sgemm's address), or None where either is missing: then blockwise.py's groups run."""
+    global _library
+    if _library is None:
+        _library = False
+        sgemm = None if os.environ.get("FAIRSEQ_EVA_NO_C") else _sgemm()
+        lib = sgemm and _compile()
+        if lib:
+            ptr = ctypes.c_void_p
+            lib.eva_forward.argtypes = [ptr] * 8
+            lib.eva_backward.argtypes = [ptr] * 14
+            _library = (lib, sgemm)
+    return _library or None
+
+
+def applies(q):
+    """Whether the C loop computes q's layer: float32 on the CPU, where it built."""
+    return q.device.type == "cpu" and q.dtype == torch.float32 and library() is not None
+
+
+def _ptr(t):
+    return None if t is None else ctypes.c_void_p(t.data_ptr())
+
+
+class _Call:
+    """The layer's description for the C loop, and the tensors it points into (kept alive with it)."""
+
+    def __init__(self, q, k_summary, grid_bias, lengths, chunk_ok, layout, dropout, scale, seed):
+        B, H, N, d = q.shape
+        C = 0 if k_summary is None else k_summary.size(2)
+        nb = N // layout.window
+        self.keep_alive = [
+            torch.tensor([layout.visible_chunks(b, C) for b in range(nb)], dtype=torch.int64),
+            lengths.to(torch.int64).contiguous(),
+            None if chunk_ok is None else chunk_ok.to(torch.uint8).contiguous(),
+            None if grid_bias is None else grid_bias.contiguous(),
+        ]
+        s0, s1 = softmax_dropout.seed_words(seed)
+        self.layer = _Layer(B, H, N, d, layout.window, layout.offset, layout.width, C,
+                            *(_ptr(t) for t in self.keep_alive), scale, softmax_dropout.keep_scale(dropout),
+                            softmax_dropout.threshold(dropout), s0, s1, torch.get_num_threads(), library()[1])
+
+
+def _token_major(t):
+    """t (B x H x N x d) as a view of contiguous B x N x H x d memory (a copy if it is not one)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def operands(q, k, v, k_summary, beta):
+    """q, k, v token-major and the summaries contiguous, as the C loop reads them (views where they are)."""
+    return (*map(_token_major, (q, k, v)), *(None if t is None else t.contiguous() for t in (k_summary, beta)))
+
+
+def forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed):
+    """(Y, lse): Y B x H x N x d (token-major), lse B x H x N. q, k, v token-major; k_summary, beta contiguous."""
+    B, H, N, d = q.shape
+    call = _Call(q, k_summary, bias, lengths, chunk_ok, layout, dropout, scale, seed)
+    out = q.new_empty(B, N, H, d).transpose(1, 2)
+    lse = q.new_empty(B, H, N)
+    library()[0].eva_forward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, out, lse)))
+    return out, lse
+
+
+def backward(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, layout, dropout, scale, seed, bias_grad):
+    """(dq, dk, dv, d_summary, d_beta, d_bias); grad token-major (a copy if not)."""
+    B, H, N, d = q.shape
+    call = _Call(q, k_summary, bias, lengths, chunk_ok, layout, dropout, scale, seed)
+    grad = _token_major(grad)
+    dq = q.new_empty(B, N, H, d).transpose(1, 2)
+    dk, dv = (q.new_zeros(B, N, H, d).transpose(1, 2) for _ in range(2))
+    d_summary = None if k_summary is None else torch.zeros_like(k_summary)
+    d_beta = None if beta is None else torch.zeros_like(beta)
+    d_bias = q.new_zeros(bias.shape) if bias_grad else None
+    library()[0].eva_backward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, grad, lse, dq, dk, dv, d_summary,
+                                                                    d_beta, d_bias)))
+    return dq, dk, dv, d_summary, d_beta, d_bias
