@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_attention import F64, TOL, _fixed_noise, inputs, make, reference_eva
 
-from fairseq_eva.attention import EVAAttention, causal_fused, eva, softmax_dropout
+from fairseq_eva.attention import EVAAttention, causal_fused, cpu_kernel, eva, softmax_dropout
 from fairseq_eva.attention.blockwise import blockwise_attention
 from fairseq_eva.attention.layout import BlockLayout
 
@@ -171,26 +171,27 @@ def test_fused_and_blockwise_kernels_agree(options, monkeypatch):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_kernel_choice(causal, monkeypatch):
-    """Fused kernels where they apply (evaluation, no gradient for the bias); blockwise for dropout or a
-    trainable RPE in training; forcing the fused kernel where it cannot run is an error that says why."""
+    """float32 on the CPU: the C loop, always (the fastest there). Elsewhere (float64 here), the fused kernels
+    where they apply (evaluation, no gradient for the bias) and the blockwise kernel for dropout or a trainable
+    RPE in training; forcing the fused kernel where it cannot run is an error that says why."""
     opts = dict(causal=True, window_size=8, chunk_size=2) if causal else dict(window_size=8, num_chunks=2)
     calls = spy_blockwise(monkeypatch)
-    x = torch.randn(1, 20, 16)
 
-    def runs_blockwise(mod):
+    def runs_blockwise(mod, dtype=F64):
         calls.clear()
-        mod(x)
+        mod.to(dtype)(torch.randn(1, 20, 16, dtype=dtype))
         return bool(calls)
 
     with_rpe = EVAAttention(16, 2, use_rpe=True, **opts)
     assert runs_blockwise(with_rpe.train()) and runs_blockwise(with_rpe.eval())  # the RPE needs its gradient
     with torch.no_grad():
         assert not runs_blockwise(with_rpe.train())
+        assert runs_blockwise(with_rpe.train(), torch.float32) == (cpu_kernel.library() is not None)
     with_dropout = EVAAttention(16, 2, use_rpe=False, dropout=0.1, **opts)
     assert runs_blockwise(with_dropout.train()) and not runs_blockwise(with_dropout.eval())
     forced = EVAAttention(16, 2, use_rpe=False, dropout=0.1, kernel="fused", **opts).train()
     with pytest.raises(ValueError, match="kernel='fused' takes no attention dropout"):
-        forced(x)
+        runs_blockwise(forced)
 
 
 def test_cpu_fused_kernel_refuses_a_trainable_bias():

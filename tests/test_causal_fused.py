@@ -181,6 +181,7 @@ def test_the_kernel_choice_on_cuda_takes_the_training_settings(monkeypatch):
     GPU: the device check is the only CUDA-specific input)."""
     q = torch.randn(1, 2, 8, 8)
     monkeypatch.setitem(causal_fused.KERNELS, "cpu", ReferenceKernel)
+    monkeypatch.setattr(eva.cpu_kernel, "applies", lambda q: False)  # a CUDA tensor never runs the CPU kernel
     assert causal_fused.accepts(q, True, 0.1)
     for causal in (False, True):
         mod = eva.EVAAttention(16, 2, causal=causal, window_size=4, chunk_size=2, dropout=0.1).train()

@@ -10,11 +10,12 @@ with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bi
 Which keys a block of queries sees is layout.py's BlockLayout. The layer runs on one of two kernels
 (docs/design.md, "Kernels"):
 - fused: torch's fused attention kernels with additive masks of shape (block, keys), never (N, N): one
-  scaled_dot_product_attention over blocks (bidirectional), or causal_fused.py (causal). On the CPU they
-  take no dropout and return no gradient for a bias, so there they run in evaluation or without RPE and
-  dropout; on CUDA they take both (torch's memory-efficient kernel), so they are the GPU training path;
-- blockwise (blockwise.py): the joint softmax group by group with recomputation in the backward, with
-  attention dropout and a trainable RPE, on any device, in linear memory: the CPU training path.
+  scaled_dot_product_attention over blocks (bidirectional), or causal_fused.py (causal). On CUDA they take
+  dropout and a trainable bias (torch's memory-efficient kernel): the GPU path. On the CPU they take
+  neither, and run only where the C loop below does not (float64, bfloat16, no C compiler);
+- blockwise (blockwise.py): the joint softmax block by block with recomputation in the backward, with
+  attention dropout and a trainable RPE, on any device, in linear memory. For float32 on the CPU it is one
+  compiled C loop (cpu_kernel.py), faster there than the fused kernels: the CPU path.
 Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major").
 """
 
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import causal_fused
+from . import causal_fused, cpu_kernel
 from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
 from .layout import BlockLayout, visible_causal_chunks
@@ -228,8 +229,9 @@ class EVAAttention(nn.Module):
         return self.rpe(layout.relative_positions(q.device)).to(q.dtype)
 
     def _use_blockwise(self, q, grid):
-        """The kernel for this call (docs/design.md, "Kernels"): on the CPU the fused kernels take no dropout
-        and give no bias gradient; on CUDA they take both."""
+        """The kernel for this call (docs/design.md, "Kernels"): float32 on the CPU, the blockwise kernel's C
+        loop, the fastest there; otherwise the fused kernels where they take the call (on the CPU no dropout
+        and no bias gradient, on CUDA both)."""
         needs_grad, dropout = grid is not None and grid.requires_grad, self._dropout_p()
         if self.causal:
             fused_ok = causal_fused.accepts(q, needs_grad, dropout)
@@ -238,7 +240,9 @@ class EVAAttention(nn.Module):
         if self.kernel == "fused" and not fused_ok:
             raise ValueError("kernel='fused' takes no attention dropout in training and no trainable RPE on the CPU "
                              "(causal, on CUDA: float16, bfloat16 or float32); use kernel='auto' or 'blockwise'")
-        return self.kernel == "blockwise" or not fused_ok
+        if self.kernel != "auto":
+            return self.kernel == "blockwise"
+        return cpu_kernel.applies(q) or not fused_ok
 
     def _bidirectional(self, q, k, v, lengths):
         B, H, N, d = q.shape
