@@ -198,7 +198,7 @@ void eva_forward(const eva_layer *L, const float *q, const float *k, const float
                 }
                 /* Y = (Z P) [V_local ; beta] */
                 gemm(L, 'N', 'N', w, L->d, t.e - t.a, 1.0f, S + t.a, t.keys, v + t.local, hd, 0.0f, out + t.q, hd);
-                if (t.K)
+                if (t.K)  /* (a block's own queries are local keys: t.e > t.a, the product above wrote out) */
                     gemm(L, 'N', 'N', w, L->d, t.K, 1.0f, S + L->width, t.keys, beta + t.summary, L->d, 1.0f, out + t.q, hd);
             }
     free(S);
