@@ -3,10 +3,12 @@ and PyTorch passes (blockwise.py, softmax_dropout.py) in float32, dropout masks 
 and thread count; it builds wherever a C compiler is (docs/design.md, "Kernels"). The groups are what
 the float64 tests check against the definition."""
 
+import copy
 import shutil
 
 import pytest
 import torch
+from test_attention import _fixed_noise, inputs, make, reference_eva
 
 from fairseq_eva.attention import EVAAttention, blockwise, cpu_kernel, softmax_dropout
 from fairseq_eva.attention.blockwise import blockwise_attention
@@ -69,6 +71,36 @@ def test_the_c_loop_equals_the_groups(layout, dropout, padded, groups, monkeypat
     if dropout:
         groups(False)
         assert (attention_and_gradients(layout, 0.0, padded)[0] - compiled[0]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
+    ids=["bidirectional", "causal"],
+)
+def test_the_c_loop_matches_the_definition(options, monkeypatch):
+    """A float32 layer in training with a trainable RPE, on the C loop: its output and the gradients of the
+    input and of every parameter equal autograd through the per-query definition in float64, to float32
+    rounding."""
+    if cpu_kernel.library() is None:
+        pytest.skip("the C loop did not build")
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: _fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    calls = []
+    original = cpu_kernel.backward
+    monkeypatch.setattr(cpu_kernel, "backward", lambda *a: calls.append(1) or original(*a))
+    reference = make(train=True, use_rpe=True, **options)  # float64
+    layer = copy.deepcopy(reference).float()
+    x = inputs(2, 21, requires_grad=True)
+    weights = torch.randn(2, 21, 16, dtype=torch.float64)
+    y = layer(x.float())
+    grads = torch.autograd.grad((y * weights.float()).sum(), [x, *layer.parameters()])
+    assert calls, "float32 training runs the C loop"
+    noise = lambda c: _fixed_noise((2, c + 1, 8))[:, c]  # noqa: E731
+    expected = torch.stack([reference_eva(reference, row, noise=noise) for row in x])
+    expected_grads = torch.autograd.grad((expected * weights).sum(), [x, *reference.parameters()])
+    torch.testing.assert_close(y.double(), expected, atol=1e-5, rtol=1e-4)
+    for (name, _), g, e in zip([("input", x), *reference.named_parameters()], grads, expected_grads):
+        torch.testing.assert_close(g.double(), e, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
 def test_softmax_rows_sum_to_one_and_masked_keys_get_nothing():
