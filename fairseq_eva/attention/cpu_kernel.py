@@ -5,8 +5,8 @@ It computes what blockwise.py computes group by group (the same logits, masks, b
 backward formulas; see its docstring) without the Python between the steps, without copying [local keys ;
 summaries] into one tensor (two products write the two column ranges of the logits), and with one block's
 logits at a time (256 x 384 floats in the benchmarks), which stay in the core's cache for the passes. The
-tests check it against the groups, mask for mask. It runs where torch's library exports sgemm (its MKL or
-OpenBLAS) and a C compiler is; elsewhere the groups run.
+tests check it against the groups, mask for mask. It runs where torch's own library exports `sgemm_` (the
+x86-64 Linux wheels, with MKL inside) and a C compiler is; elsewhere the groups run.
 """
 
 import ctypes
@@ -110,6 +110,7 @@ static void softmax_dropout_row_backward(float *restrict x, float *restrict dp, 
     if (d_bias)
         for (int64_t j = 0; j < width; j++) d_bias[j] += dp[j];
 }
+
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *, const float *,
                          const int *, const float *, const int *, const float *, float *, const int *);
 
@@ -265,7 +266,7 @@ class _Layer(ctypes.Structure):
 
 
 def _sgemm():
-    """The address of the sgemm torch's matrix products use (its MKL or OpenBLAS), or None."""
+    """The address of the sgemm torch's own library exports (its MKL in the x86-64 Linux wheels), or None."""
     folder = os.path.join(os.path.dirname(torch.__file__), "lib")
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
         path = os.path.join(folder, name)
