@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import cpu_kernel, softmax_dropout
+from .layout import additive_mask
 
 # logits a group holds at most (heads x queries x keys). CPU (float64, or no C compiler): 4 MiB of float32, so
 # that the passes over a group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a
@@ -113,8 +114,7 @@ def _local_bias(layout, grid, heads, dtype, device):
     mask of keys after the query; H x w x width, or None."""
     bias = None if grid is None else grid.to(dtype)
     if layout.causal:
-        relative = layout.relative_positions(device)
-        future = torch.zeros(relative.shape, dtype=dtype, device=device).masked_fill(relative > 0, torch.finfo(dtype).min)
+        future = additive_mask(layout.after_query(device), dtype)
         bias = future.expand(heads, -1, -1) if bias is None else bias + future
     return None if bias is None else bias.contiguous()
 

@@ -25,6 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .layout import additive_mask
+
 # CUDA: queries x summaries of one call of the chunk part. On an H200 (bfloat16, N = 32768, window 128, chunks
 # of 8) 2**24 took 15 ms a layer against 21 ms at 2**22 and 58 ms at 2**20; 2**26 was no faster, with more memory.
 GROUP_LOGITS = 2**24
@@ -146,16 +148,14 @@ def _staircase(layout, b0, b1, K, dtype, device):
     if min(seen) == K:
         return None
     seen = torch.tensor(seen, device=device).repeat_interleave(layout.window)
-    hidden = torch.arange(K, device=device) >= seen[:, None]
-    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)
+    return additive_mask(torch.arange(K, device=device) >= seen[:, None], dtype)
 
 
 def _parts(kernel, k, v, k_summary, beta, own_bias, prev_bias, layout):
     """The parts of the joint softmax; k, v: B x nb x H x w x d."""
     nb, w = k.size(1), layout.window
     if own_bias is None and kernel.trains_bias_and_dropout:  # this kernel takes the causal mask as a bias
-        future = layout.relative_positions(k.device)[:, -w:] > 0  # the own block's keys after the query
-        own_bias = torch.zeros(w, w, dtype=k.dtype, device=k.device).masked_fill(future, torch.finfo(k.dtype).min)
+        own_bias = additive_mask(layout.after_query(k.device)[:, -w:], k.dtype)  # the own block's keys after the query
     yield _Part(slice(0, nb), "own", k.flatten(0, 1), v.flatten(0, 1), own_bias is None, own_bias)
     if layout.overlap and nb > 1:
         if prev_bias is None and kernel.trains_bias_and_dropout:

@@ -29,20 +29,10 @@ from torch import Tensor, nn
 from . import causal_fused, cpu_kernel
 from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
-from .layout import BlockLayout, visible_causal_chunks
+from .layout import BlockLayout, additive_mask, lowest, visible_causal_chunks
 from .relative_position import RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
-
-
-def _low(dtype):
-    """The additive mask of a hidden key: exp() of it is 0, yet a row with every key hidden stays finite."""
-    return torch.finfo(dtype).min
-
-
-def _bias(hidden, dtype):
-    """Additive mask from a boolean one (True = hidden)."""
-    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, _low(dtype))
 
 
 def _cat_last(a, b):
@@ -251,7 +241,8 @@ class EVAAttention(nn.Module):
         if self.chunks is not None:
             k_summary, beta, chunk_ok = self._bidirectional_chunks(q, k, v, lengths)  # B x H x C x d, B x C
         if w == 0:  # every query sees every chunk
-            return self._sdpa(q, k_summary, beta, None if chunk_ok is None else _bias(~chunk_ok, q.dtype)[:, None, None, :])
+            hidden = None if chunk_ok is None else additive_mask(~chunk_ok, q.dtype)[:, None, None, :]
+            return self._sdpa(q, k_summary, beta, hidden)
 
         layout = BlockLayout.bidirectional(w, self.overlap)
         nb = math.ceil(N / w)
@@ -283,9 +274,11 @@ class EVAAttention(nn.Module):
                 key_pos = layout.key_positions(0, nb, q.device)  # nb x width
                 length = N if lengths is None else lengths[:, None, None]
                 outside = ((key_pos < 0) | (key_pos >= length)).expand(B, nb, width)
-                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), _low(q.dtype))
+                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), lowest(q.dtype))
             if k_summary is not None:
-                chunks = q.new_zeros(1, 1, 1, C) if chunk_ok is None else _bias(~chunk_ok, q.dtype)[:, None].expand(B, nb, C)
+                chunks = q.new_zeros(1, 1, 1, C)
+                if chunk_ok is not None:
+                    chunks = additive_mask(~chunk_ok, q.dtype)[:, None].expand(B, nb, C)
                 bias = _cat_last(bias, chunks.reshape(-1, 1, 1, C))
         out = self._sdpa(_heads(_blocks(q, nb)), _heads(keys), _heads(values), bias)  # (B nb) x H x w x d
         return out.transpose(1, 2).reshape(B, Np, H, d).transpose(1, 2)
@@ -331,8 +324,7 @@ class EVAAttention(nn.Module):
         else:
             own_bias = prev_bias = None
             if grid is not None:
-                future = layout.relative_positions(q.device)[:, -w:] > 0  # the own block's keys after the query
-                own_bias = grid[None, :, :, -w:].masked_fill(future, _low(q.dtype))
+                own_bias = grid[None, :, :, -w:].masked_fill(layout.after_query(q.device)[:, -w:], lowest(q.dtype))
                 prev_bias = grid[None, :, :, :w] if self.overlap else None
             out = causal_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale,
                                                 self._dropout_p())

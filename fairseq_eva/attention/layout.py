@@ -11,6 +11,16 @@ from dataclasses import dataclass
 import torch
 
 
+def lowest(dtype):
+    """The additive mask of a hidden key: exp() of it is 0, yet a row with every key hidden stays finite."""
+    return torch.finfo(dtype).min
+
+
+def additive_mask(hidden, dtype):
+    """Additive mask from a boolean one (True = hidden)."""
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, lowest(dtype))
+
+
 def visible_causal_chunks(block: int, overlap: bool, chunks_per_block: int) -> int:
     """Causal EVA: block b sees the first (b - overlap) * w / s chunk summaries, those that end before
     its local set begins (the previous block belongs to the local set with overlap)."""
@@ -55,3 +65,7 @@ class BlockLayout:
         """Key position minus query position for every (query, local key) pair of a block: w x width, the same
         for every block (what the relative position bias is a function of)."""
         return self.key_positions(0, 1, device) - torch.arange(self.window, device=device)[:, None]
+
+    def after_query(self, device=None):
+        """The local keys after the query, w x width: hidden from it in causal EVA."""
+        return self.relative_positions(device) > 0
