@@ -66,6 +66,20 @@ class BlockLayout:
         for every block (what the relative position bias is a function of)."""
         return self.key_positions(0, 1, device) - torch.arange(self.window, device=device)[:, None]
 
+    @property
+    def num_offsets(self) -> int:
+        """How many relative offsets (key - query) a block's (query, local key) pairs take: w + width - 1."""
+        return self.window + self.width - 1
+
+    def offsets(self, device=None):
+        """Those relative offsets, in the order of a kernel's RPE table (H x num_offsets): from the first local key
+        seen by the block's last query up to the last local key seen by its first query."""
+        return torch.arange(self.num_offsets, device=device) + (self.offset - self.window + 1)
+
+    def offset_index(self, device=None):
+        """w x width: where in the RPE table the bias of query i and local key j is, j - i + w - 1."""
+        return self.relative_positions(device) - (self.offset - self.window + 1)
+
     def after_query(self, device=None):
         """The local keys after the query, w x width: hidden from it in causal EVA."""
         return self.relative_positions(device) > 0

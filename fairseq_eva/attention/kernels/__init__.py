@@ -1,0 +1,5 @@
+"""EVA's kernels behind one contract (contract.py): each module here registers one kernel."""
+
+from .contract import AUTO_ORDER, KERNELS, Kernel, KernelSpec, choose, register
+
+__all__ = ["AUTO_ORDER", "KERNELS", "Kernel", "KernelSpec", "choose", "register"]

@@ -1,0 +1,107 @@
+"""The one interface every EVA kernel implements, and the registry that picks one.
+
+A kernel computes EVA's joint softmax for every query block of a BlockLayout (layout.py):
+
+    p   = softmax( [ scale q_n.k_m + rpe[h, m - n]  for the local keys m of n's block ]
+                   ++ [ scale q_n.k~_c  for the chunk summaries c the block sees ] )
+    y_n = sum_m p_m Z_m v_m + sum_c p_c Z_c beta_c
+
+Z the attention-dropout mask (0 with probability p, else 1 / (1 - p); local and chunk weights alike), and
+returns (y, lse): y B x H x N x d and lse, B x H x N in float32 at least, the natural log-sum-exp of each
+query's logits (before dropout). Keys a query does not see get no weight: local keys outside [0, lengths[b]),
+local keys after the query when the layout is causal, summaries the layout does not show the block (a causal
+prefix), and summaries with chunk_ok False. A query that sees nothing returns zeros, never NaN.
+
+Every kernel takes the same keyword arguments (`Kernel`) and is registered with what it accepts
+(`KernelSpec`); `choose` is the one place where "auto" becomes a kernel.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..layout import BlockLayout
+
+
+class Kernel(Protocol):
+    def __call__(
+        self,
+        *,
+        layout: BlockLayout,
+        q: Tensor,  # B x H x N x d, any strides (the layer passes views of B x N x H x d memory); N a multiple of layout.window
+        k: Tensor,  # B x H x N x d
+        v: Tensor,  # B x H x N x d
+        k_summary: Optional[Tensor],  # B x H x C x d, the chunk key summaries k~ (None: no chunks)
+        beta: Optional[Tensor],  # B x H x C x d, the chunk value summaries
+        chunk_ok: Optional[Tensor],  # B x C bool: False hides a summary (a chunk with no real token); None: all shown
+        rpe: Optional[Tensor],  # H x layout.num_offsets: the local bias by relative offset (see layout.offset_index)
+        lengths: Optional[Tensor],  # B integers: keys at or after lengths[b] are hidden; None: all N keys are real
+        dropout: float,  # attention dropout probability (0 in evaluation)
+        seed: int,  # the dropout seed: the same seed gives the same mask, forward and backward
+        scale: float,  # the logits' scale, head_dim ** -0.5
+    ) -> Tuple[Tensor, Tensor]: ...
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A registered kernel and what it accepts. `unavailable()` gives the reason it cannot run on this machine
+    (a missing compiler, Triton not installed) or None."""
+
+    name: str
+    run: Kernel
+    devices: FrozenSet[str]
+    dtypes: FrozenSet[torch.dtype]
+    backward: bool = True  # can train (autograd through q, k, v, the summaries)
+    dropout: bool = True  # takes attention dropout > 0
+    bias_grad: bool = True  # gives the RPE table its gradient
+    unavailable: Callable[[], Optional[str]] = lambda: None
+    summary: str = ""
+
+    def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool) -> Optional[str]:
+        """Why this kernel cannot compute this call, or None when it can."""
+        if q.device.type not in self.devices:
+            return f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}"
+        if q.dtype not in self.dtypes:
+            return f"it takes {', '.join(sorted(str(t).replace('torch.', '') for t in self.dtypes))}, not {str(q.dtype).replace('torch.', '')}"
+        if needs_grad and not self.backward:
+            return "it has no backward (evaluation only)"
+        if dropout > 0 and not self.dropout:
+            return "it takes no attention dropout"
+        if bias_grad and not self.bias_grad:
+            return "it gives no gradient to a trainable relative position bias"
+        return self.unavailable()
+
+
+KERNELS: Dict[str, KernelSpec] = {}
+
+# "auto": the first kernel of the device's list that accepts the call
+AUTO_ORDER: Dict[str, Sequence[str]] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in KERNELS or spec.name == "auto":
+        raise ValueError(f"a kernel named {spec.name!r} is registered already")
+    KERNELS[spec.name] = spec
+    return spec
+
+
+def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool) -> KernelSpec:
+    """The kernel that computes this call: `name`, or for "auto" the first of AUTO_ORDER[device] that accepts it.
+    A named kernel that cannot raises a ValueError that says why."""
+    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad)
+    if name != "auto":
+        if name not in KERNELS:
+            raise ValueError(f"unknown EVA kernel {name!r}; one of: auto, {', '.join(KERNELS)}")
+        reason = KERNELS[name].refusal(q, **call)
+        if reason is not None:
+            raise ValueError(f"the EVA kernel {name!r} cannot run this call: {reason}; use kernel 'auto'")
+        return KERNELS[name]
+    tried = []
+    for candidate in AUTO_ORDER.get(q.device.type, ()):
+        reason = KERNELS[candidate].refusal(q, **call)
+        if reason is None:
+            return KERNELS[candidate]
+        tried.append(f"{candidate}: {reason}")
+    raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + "; ".join(tried))
