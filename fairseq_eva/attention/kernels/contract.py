@@ -8,9 +8,10 @@ A kernel computes EVA's joint softmax for every query block of a BlockLayout (la
 
 Z the attention-dropout mask (0 with probability p, else 1 / (1 - p); local and chunk weights alike), and
 returns (y, lse): y B x H x N x d and lse, B x H x N in float32 at least, the natural log-sum-exp of each
-query's logits (before dropout). Keys a query does not see get no weight: local keys outside [0, lengths[b]),
-local keys after the query when the layout is causal, summaries the layout does not show the block (a causal
-prefix), and summaries with chunk_ok False. A query that sees nothing returns zeros, never NaN.
+query's logits (before dropout; unspecified for a query that sees no key). Keys a query does not see get no
+weight: local keys outside [0, lengths[b]), local keys after the query when the layout is causal, summaries
+the layout does not show the block (a causal prefix), and summaries with chunk_ok False. A query that sees
+nothing returns zeros, never NaN.
 
 Every kernel takes the same keyword arguments (`Kernel`) and is registered with what it accepts
 (`KernelSpec`); `choose` is the one place where "auto" becomes a kernel.
@@ -64,7 +65,8 @@ class KernelSpec:
         if q.device.type not in self.devices:
             return f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}"
         if q.dtype not in self.dtypes:
-            return f"it takes {', '.join(sorted(str(t).replace('torch.', '') for t in self.dtypes))}, not {str(q.dtype).replace('torch.', '')}"
+            names = ", ".join(sorted(str(t).replace("torch.", "") for t in self.dtypes))
+            return f"it takes {names}, not {str(q.dtype).replace('torch.', '')}"
         if needs_grad and not self.backward:
             return "it has no backward (evaluation only)"
         if dropout > 0 and not self.dropout:
@@ -100,6 +102,8 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
         return KERNELS[name]
     tried = []
     for candidate in AUTO_ORDER.get(q.device.type, ()):
+        if candidate not in KERNELS:  # a kernel this installation does not ship
+            continue
         reason = KERNELS[candidate].refusal(q, **call)
         if reason is None:
             return KERNELS[candidate]
