@@ -114,7 +114,7 @@ def test_generation_by_incremental_decoding_scores_like_a_full_forward(trained, 
 def test_hydra_train_runs_a_tiny_config(trained, tmp_path):
     proc = run("fairseq-hydra-train", "--config-dir", FIXTURES / "hydra", "--config-name", "tiny_lm_eva",
                f"task.data={trained['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
-               f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+               f"hydra.run.dir={tmp_path}", "+model.eva_rpe_num_buckets=16", cwd=tmp_path)  # the demo's `+` form
     records = json_records(proc.log, "train_inner")
     assert [r["num_updates"] for r in records] == [1, 2, 3, 4, 5, 6]
     assert all(is_finite(r["loss"]) for r in records)
@@ -125,6 +125,27 @@ def test_hydra_train_runs_a_tiny_config(trained, tmp_path):
     attn = models[0].decoder.layers[0].self_attn
     assert type(attn).__name__ == "EVAMultiheadAttention"
     assert (attn.causal, attn.window_size, attn.overlap, attn.chunk_size) == (True, 8, True, 2)  # the config's
+    assert attn.rpe.num_buckets == 16  # the `+model.` key's
+
+
+def test_a_misspelled_model_key_stops_hydra_train_with_one_line(trained, tmp_path):
+    """From the command line (the `+` form) and from a YAML config; fairseq-train's argparse refuses it too."""
+    expected = "model.eva_windw_size is not an option of transformer_lm_eva_tiny (did you mean model.eva_window_size?)"
+    fixture = (FIXTURES / "hydra" / "tiny_lm_eva.yaml").read_text()
+    assert "\n  eva_window_size: 8\n" in fixture
+    (tmp_path / "typo.yaml").write_text(fixture.replace("\n  eva_window_size: 8\n", "\n  eva_windw_size: 8\n"))
+    for config_dir, name, extra in ((FIXTURES / "hydra", "tiny_lm_eva", ["+model.eva_windw_size=8"]),
+                                    (tmp_path, "typo", [])):
+        save = tmp_path / f"ckpt_{name}"
+        proc = run("fairseq-hydra-train", "--config-dir", config_dir, "--config-name", name, f"task.data={trained['bin']}",
+                   f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={save}", f"hydra.run.dir={save}", *extra,
+                   cwd=tmp_path, check=False)
+        assert proc.returncode != 0
+        assert expected in proc.stderr.splitlines(), proc.log[-3000:]
+        assert "Traceback" not in proc.log and "train_inner" not in proc.log and not list(save.glob("*.pt"))
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path / "ckpt", "--eva-windw-size", 8,
+               cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "unrecognized arguments: --eva-windw-size 8" in proc.stderr
 
 
 def test_bad_option_stops_before_training(trained, tmp_path):

@@ -22,6 +22,7 @@ from fairseq_eva.models.roberta_eva import RobertaEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  # noqa: E402
 from fairseq_eva.modules import EVAMultiheadAttention, EVAOptionError, eva_bool  # noqa: E402
+from fairseq_eva.modules.options import check_model_keys, known_model_keys  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -266,13 +267,48 @@ def test_bad_options_are_refused_at_build_time_naming_the_option(model_cls, task
     with pytest.raises(EVAOptionError) as error:  # a ValueError
         build(model_cls, task, arch, *extra)
     assert expected in str(error.value)
-    # the same model config as fairseq-hydra-train gives it: the options are named as its keys
+    # the same model config as fairseq-hydra-train gives it (the model's keys only): the options are named as
+    # its keys
     args = vars(parse(task, arch, *extra))
+    model_keys = known_model_keys(model_cls)
     with pytest.raises(EVAOptionError) as error:
-        model_cls.build_model(OmegaConf.create({k: v for k, v in args.items() if v is None or
-                                                isinstance(v, (bool, int, float, str))}), fake_task(make_dictionary()))
+        model_cls.build_model(OmegaConf.create({k: v for k, v in args.items() if k in model_keys and (
+            v is None or isinstance(v, (bool, int, float, str)))}), fake_task(make_dictionary()))
     hydra_names = re.sub(r"--([a-z-]+)", lambda m: "model." + m.group(1).replace("-", "_"), expected)
     assert hydra_names in str(error.value) and "--" not in str(error.value)
+
+
+def test_unknown_model_keys_are_refused_naming_the_closest():
+    """fairseq-hydra-train hands a legacy model its `model.` keys as a free dict: a key that the model does not
+    read stops the build (tests/test_fairseq_lm.py runs the real tool)."""
+    lm = OmegaConf.create({"_name": "transformer_lm_eva_tiny", "eva_window_size": 8, "decoder_layers": 2})
+    check_model_keys(lm, TransformerLanguageModelEVA)  # known keys pass
+    with pytest.raises(EVAOptionError, match=re.escape(
+            "model.eva_windw_size is not an option of transformer_lm_eva_tiny (did you mean model.eva_window_size?)")):
+        check_model_keys(OmegaConf.merge(lm, {"eva_windw_size": 8}), TransformerLanguageModelEVA)
+    # an option of the translation model that the language model does not use
+    with pytest.raises(EVAOptionError, match=r"^model\.eva_decoder_overlap is not an option of transformer_lm_eva_tiny"):
+        check_model_keys(OmegaConf.merge(lm, {"eva_decoder_overlap": True}), TransformerLanguageModelEVA)
+    check_model_keys(OmegaConf.create({"_name": "transformer_eva_tiny", "eva_decoder_overlap": True}), TransformerEVAModel)
+    with pytest.raises(EVAOptionError, match=r"model\.zzz is not an option of transformer_lm_eva_tiny \(fairseq-train"):
+        check_model_keys(OmegaConf.merge(lm, {"zzz": 1}), TransformerLanguageModelEVA)
+
+
+def test_known_model_keys_follow_the_models_options():
+    """A new option is known as soon as a model's add_args adds it: the check is driven by the parser."""
+
+    class WithNewOption(TransformerLanguageModelEVA):
+        @classmethod
+        def add_args(cls, parser):
+            super().add_args(parser)
+            parser.add_argument("--eva-new-option")
+
+    cfg = OmegaConf.create({"_name": "transformer_lm_eva_tiny", "eva_new_option": "x"})
+    check_model_keys(cfg, WithNewOption)
+    with pytest.raises(EVAOptionError, match="model.eva_new_option is not an option"):
+        check_model_keys(cfg, TransformerLanguageModelEVA)
+    # what the architectures set is known too (fairseq runs them on the config before the build)
+    assert "add_bos_token" in known_model_keys(TransformerLanguageModelEVA)
 
 
 def test_attention_kind_is_checked_for_hand_written_configs():

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from ..distributed import check_launch
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
-from ..modules.options import ENCODER, common_defaults
+from ..modules.options import ENCODER, check_model_keys, common_defaults
 from ._util import HalfNeedsCUDA, as_namespace
 
 
@@ -37,6 +37,8 @@ class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         hydra = OmegaConf.is_config(args)
+        if hydra:
+            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
         if not safe_hasattr(args, "max_positions"):

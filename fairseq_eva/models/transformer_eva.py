@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from ..distributed import check_launch
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
-from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
+from ..modules.options import DECODER, ENCODER, check_model_keys, common_defaults, decoder_defaults
 from ._util import HalfNeedsCUDA, as_namespace
 
 
@@ -40,6 +40,8 @@ class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         hydra = OmegaConf.is_config(args)
+        if hydra:
+            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
         args = as_namespace(args)
         base_architecture(args)  # fill anything missing (old or hand-written configs)
         validate_eva_args(args, {ENCODER: "encoder_attention", DECODER: "decoder_attention"}, hydra)

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from ..distributed import check_launch
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
-from ..modules.options import LM, common_defaults
+from ..modules.options import LM, check_model_keys, common_defaults
 from ._util import HalfNeedsCUDA, as_namespace
 
 
@@ -53,6 +53,8 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
     def build_model(cls, args, task):
         check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
         hydra = OmegaConf.is_config(args)
+        if hydra:
+            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
         args = as_namespace(args)
         base_lm_eva_architecture(args)  # fill anything missing (old or hand-written configs)
         validate_eva_args(args, {LM: "decoder_attention"}, hydra)

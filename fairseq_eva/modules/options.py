@@ -5,6 +5,9 @@ fairseq-hydra-train the same names are `model.` keys (`--eva-window-size` is `mo
 Architecture functions fill in the paper's values with `getattr`, as fairseq's do, so every value can be
 overridden.
 
+Under fairseq-hydra-train the `model` keys of a legacy model are a free dict: `check_model_keys` stops a
+key that the model does not know (a misspelled `eva_windw_size` would otherwise be kept and ignored).
+
 When a model is built, `validate_eva_args` reads the options of each EVA self-attention into one typed
 `EVAOptions` (EVAAttention's keyword arguments) and checks it; a bad value raises `EVAOptionError`, whose
 message names the options as the user wrote them: `--eva-window-size` under fairseq-train (which prints it
@@ -14,6 +17,8 @@ fairseq-hydra-train (which prints it without a traceback).
 
 import argparse
 import dataclasses
+import difflib
+import functools
 from typing import Callable
 
 from fairseq.utils import safe_getattr
@@ -264,3 +269,38 @@ def validate_eva_args(args, roles, hydra=False):
             raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported by EVA attention ({using})")
         if role != ENCODER and _get(args, "cross_self_attention"):
             raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")
+
+
+# ------------------------------------------------------------------ unknown keys under fairseq-hydra-train
+
+
+@functools.cache
+def known_model_keys(model_class):
+    """The `model.` keys that `model_class` reads: its command-line options (add_args, so a new option is
+    known as soon as it is added) and whatever its architectures set (fairseq runs the architecture function
+    on the config before the model is built)."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    parser = argparse.ArgumentParser(add_help=False)
+    model_class.add_args(parser)
+    keys = {"_name", *vars(parser.parse_args([]))}
+    for arch, registered in ARCH_MODEL_REGISTRY.items():
+        if registered is model_class:
+            defaults = argparse.Namespace()
+            ARCH_CONFIG_REGISTRY[arch](defaults)
+            keys.update(vars(defaults))
+    return frozenset(keys)
+
+
+def check_model_keys(cfg, model_class):
+    """fairseq-hydra-train: raise EVAOptionError naming each `model.` key that `model_class` does not know,
+    with the closest known key."""
+    known = known_model_keys(model_class)
+    arch = cfg.get("_name")
+    problems = []
+    for key in sorted(set(cfg.keys()) - known):
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean model.{close[0]}?" if close else f"fairseq-train --arch {arch} --help lists them"
+        problems.append(f"model.{key} is not an option of {arch or 'this model'} ({hint})")
+    if problems:
+        raise EVAOptionError("; ".join(problems))
