@@ -5,7 +5,8 @@ the package also registers the models and architectures with fairseq and the few
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
 (see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`) and
-copy checkpoints atomically (see `checkpoint_safety`).
+copy checkpoints atomically (see `checkpoint_safety`), and registers the `adaptive_loss_fp32_sum` criterion
+that the language-model configs use (see `adaptive_loss`).
 """
 
 import importlib.util
@@ -14,8 +15,8 @@ from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
     # on import: checkpoint_safety registers the safe globals, models the models and architectures,
-    # batching makes fairseq keep the last batch of an evaluation set
-    from . import batching, checkpoint_safety, models  # noqa: F401
+    # batching makes fairseq keep the last batch of an evaluation set, adaptive_loss registers its criterion
+    from . import adaptive_loss, batching, checkpoint_safety, models  # noqa: F401
     from .errors import report_user_errors
 
     checkpoint_safety.make_copies_atomic()
