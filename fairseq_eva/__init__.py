@@ -5,8 +5,9 @@ the package also registers the models and architectures with fairseq and the few
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
 (see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`) and
-copy checkpoints atomically (see `checkpoint_safety`), and registers the `adaptive_loss_fp32_sum` criterion
-that the language-model configs use (see `adaptive_loss`).
+copy checkpoints atomically (see `checkpoint_safety`), registers the `adaptive_loss_fp32_sum` criterion
+that the language-model configs use (see `adaptive_loss`) and silences fairseq's harmless warnings (see
+`harmless_warnings`).
 """
 
 import importlib.util
@@ -18,6 +19,8 @@ if importlib.util.find_spec("fairseq") is not None:
     # batching makes fairseq keep the last batch of an evaluation set, adaptive_loss registers its criterion
     from . import adaptive_loss, batching, checkpoint_safety, models  # noqa: F401
     from .errors import report_user_errors
+    from .harmless_warnings import ignore_harmless_warnings
 
     checkpoint_safety.make_copies_atomic()
+    ignore_harmless_warnings()  # fairseq 0.12's deprecation noise with this torch and hydra
     report_user_errors()  # a bad option or file stops a fairseq tool with one line, as argparse's errors do

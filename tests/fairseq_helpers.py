@@ -32,11 +32,13 @@ def cli_env():
     return env
 
 
-def run(tool, *args, cwd=None, input=None, timeout=600, check=True):
-    """Run a fairseq command-line tool (or `python`) and return the CompletedProcess (text, merged logs)."""
+def run(tool, *args, cwd=None, input=None, timeout=600, check=True, env=None):
+    """Run a fairseq command-line tool (or `python`) and return the CompletedProcess (text, merged logs);
+    `env`: variables to set on top of cli_env()."""
     exe = sys.executable if tool == "python" else str(BIN / tool)
     proc = subprocess.run(
-        [exe, *map(str, args)], cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout, env=cli_env()
+        [exe, *map(str, args)], cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout,
+        env={**cli_env(), **(env or {})},
     )
     proc.log = proc.stdout + proc.stderr
     if check and proc.returncode != 0:

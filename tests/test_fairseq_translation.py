@@ -1,6 +1,7 @@
 """End to end, through fairseq's command-line tools: translation with EVA (en-de subset of the bundled
 sample). fairseq-preprocess, fairseq-train (loss goes down, resume), fairseq-generate (beam 4, length
-penalty 0.6, BLEU), fairseq-interactive, the hub interface, option errors before training."""
+penalty 0.6, BLEU), fairseq-interactive, the hub interface, option errors before training, no harmless
+warnings on stderr."""
 
 import json
 import re
@@ -125,12 +126,13 @@ def test_bad_option_stops_before_training_with_one_line(trained, tmp_path):
     assert proc.returncode == 2 and "--eva-overlap" in proc.stderr and "expected true or false" in proc.stderr
 
 
-def hydra_train(data, save, *overrides):
+def hydra_train(data, save, *overrides, env=None):
     """fairseq-hydra-train on the WMT14 EVA-32 config with the tiny architecture."""
+    save.mkdir(exist_ok=True)
     return run("fairseq-hydra-train", "--config-dir", CONFIGS, "--config-name", "wmt14_en_de_eva32",
                f"common.user_dir={USER_DIR}", f"task.data={data}", f"checkpoint.save_dir={save}",
                "model._name=transformer_eva_tiny", "dataset.max_tokens=1024", "optimization.max_update=2", *overrides,
-               cwd=save, check=False)
+               cwd=save, check=False, env=env)
 
 
 def test_bad_option_under_hydra_is_named_as_a_hydra_key(trained, tmp_path):
@@ -140,6 +142,29 @@ def test_bad_option_under_hydra_is_named_as_a_hydra_key(trained, tmp_path):
     assert expected in proc.stderr.splitlines()
     assert "Traceback" not in proc.log and "--eva" not in proc.log
     assert not list(tmp_path.glob("*.pt"))
+
+
+# the warnings fairseq 0.12 prints with this torch and hydra (fairseq_eva/harmless_warnings.py)
+NOISE = ("Please install tensorboardX", "version_base", "is no longer experimental", "package header",
+         "ConfigStore schema", "strict flag", "pin_memory", "torch.cuda.amp", "key_padding_mask",
+         "change working directory")
+# printed by fairseq-hydra-train before any plugin is loaded
+BEFORE_THE_PLUGIN = ("Please install tensorboardX", "version_base", "ConfigStore schema")
+
+
+def test_training_prints_no_harmless_warnings(trained, tmp_path):
+    """Warnings shown as a user sees them (Python's default filters); a softmax decoder, whose fairseq
+    MultiheadAttention warns about its masks; a real error is still shown."""
+    shown = {"PYTHONWARNINGS": ""}
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--decoder-attention", "softmax", "--save-dir", tmp_path / "a",
+               "--max-update", 2, cwd=tmp_path, env=shown)
+    assert [n for n in NOISE if n in proc.stderr] == [], proc.stderr
+    assert "train_inner" in proc.log
+    proc = hydra_train(trained["bin"], tmp_path / "b", "common.cpu=true", "common.fp16=false", env=shown)
+    assert proc.returncode == 0, proc.log[-3000:]
+    assert [n for n in NOISE if n in proc.stderr and n not in BEFORE_THE_PLUGIN] == [], proc.stderr
+    proc = hydra_train(tmp_path / "no_such_data", tmp_path / "c", "common.cpu=true", "common.fp16=false", env=shown)
+    assert proc.returncode != 0 and str(tmp_path / "no_such_data") in proc.stderr
 
 
 FP16_ON_CPU = ("fp16 needs a CUDA GPU and torch sees none: on a CPU leave out --fp16 (fairseq-hydra-train: "
