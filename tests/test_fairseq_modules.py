@@ -290,7 +290,7 @@ def test_unknown_model_keys_are_refused_naming_the_closest():
     with pytest.raises(EVAOptionError, match=r"^model\.eva_decoder_overlap is not an option of transformer_lm_eva_tiny"):
         check_model_keys(OmegaConf.merge(lm, {"eva_decoder_overlap": True}), TransformerLanguageModelEVA)
     check_model_keys(OmegaConf.create({"_name": "transformer_eva_tiny", "eva_decoder_overlap": True}), TransformerEVAModel)
-    with pytest.raises(EVAOptionError, match=r"model\.zzz is not an option of transformer_lm_eva_tiny \(fairseq-train"):
+    with pytest.raises(EVAOptionError, match=r"^model\.zzz is not an option of transformer_lm_eva_tiny$"):
         check_model_keys(OmegaConf.merge(lm, {"zzz": 1}), TransformerLanguageModelEVA)
 
 

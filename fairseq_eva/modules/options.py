@@ -300,7 +300,7 @@ def check_model_keys(cfg, model_class):
     problems = []
     for key in sorted(set(cfg.keys()) - known):
         close = difflib.get_close_matches(key, known, n=1)
-        hint = f"did you mean model.{close[0]}?" if close else f"fairseq-train --arch {arch} --help lists them"
-        problems.append(f"model.{key} is not an option of {arch or 'this model'} ({hint})")
+        hint = f" (did you mean model.{close[0]}?)" if close else ""
+        problems.append(f"model.{key} is not an option of {arch or 'this model'}{hint}")
     if problems:
         raise EVAOptionError("; ".join(problems))
