@@ -6,6 +6,7 @@ import torch
 
 from fairseq_eva.attention import EVAAttention
 from fairseq_eva.attention.kernels import KERNELS
+from fairseq_eva.attention.layout import BlockLayout
 
 F64 = torch.float64
 TOL = dict(atol=1e-6, rtol=0)
@@ -58,3 +59,33 @@ def fixed_noise(shape_h_c_d):
     c = torch.arange(C, dtype=F64)[None, :, None]
     i = torch.arange(d, dtype=F64)[None, None, :]
     return torch.sin(1.0 + 0.7 * h + 1.3 * c + 0.37 * i)
+
+
+LAYOUTS = {
+    "bidirectional": BlockLayout.bidirectional(4, False),
+    "bidirectional, overlap": BlockLayout.bidirectional(4, True),
+    "causal": BlockLayout.causal_blocks(4, False, 2),
+    "causal, overlap": BlockLayout.causal_blocks(4, True, 2),
+}
+
+
+def contract_inputs(layout, padded, dtype, B=3, H=2, N=24, d=4):
+    """Random inputs of the contract (q, k, v as views of token-major memory, as the layer passes them);
+    padded: row 1 has 17 real tokens and every other summary hidden, row 2 no real token and no summary."""
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape):  # drawn in float64, then rounded: the same inputs in every dtype
+        return torch.randn(*shape, generator=g, dtype=F64).to(dtype)
+
+    q, k, v = (randn(B, N, H, d).transpose(1, 2).requires_grad_() for _ in range(3))
+    C = layout.visible_chunks(N // layout.window - 1, N // 2) if layout.causal else 3
+    k_summary, beta = (randn(B, H, C, d).requires_grad_() for _ in range(2))
+    rpe = randn(H, layout.num_offsets).requires_grad_()
+    lengths = chunk_ok = None
+    if padded:
+        lengths = torch.tensor([N, N - 7, 0])
+        chunk_ok = torch.ones(B, C, dtype=torch.bool)
+        chunk_ok[1, 1::2] = False
+        chunk_ok[2] = False
+    return dict(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=chunk_ok, rpe=rpe, lengths=lengths,
+                dropout=0.0, seed=0, scale=d**-0.5)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..layout import additive_mask
 from . import softmax_dropout
-from .contract import KernelSpec, register
+from .contract import KernelSpec, register, zero_unseen
 
 # logits a group holds at most (heads x queries x keys). CPU (where the C loop does not run): 4 MiB of float32, so
 # that the passes over a group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a
@@ -224,8 +224,9 @@ def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropo
         lengths = torch.full((q.size(0),), q.size(2), device=q.device)
     if k_summary is not None:  # one dtype for the matrix products of the backward (autocast is off there)
         k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
-    return BlockwiseAttention.apply(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, float(dropout), scale, seed,
-                                    implementation)
+    y, lse = BlockwiseAttention.apply(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, float(dropout), scale, seed,
+                                      implementation)
+    return zero_unseen(y, lse, q.dtype), lse
 
 
 register(KernelSpec(

@@ -23,7 +23,7 @@ from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from ..layout import BlockLayout
+from ..layout import BlockLayout, lowest
 
 
 class Kernel(Protocol):
@@ -118,3 +118,9 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
             return KERNELS[candidate]
         tried.append(f"{candidate}: {reason}")
     raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + "; ".join(tried))
+
+
+def zero_unseen(y: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:
+    """y with the queries that see no key set to 0, as the contract says: their logits are all at lowest(dtype)
+    (the kernels' additive mask), so their lse lies far below any real logit's."""
+    return y.masked_fill((lse < lowest(dtype) / 2)[..., None], 0)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ...layout import additive_mask, lowest
+from ..contract import zero_unseen
 from . import ops as fused_ops
 
 
@@ -66,4 +67,4 @@ def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropo
     out, lse = fused_ops.FusedCall.apply(_heads(q_blocks), _heads(keys), _heads(values), bias, ops, float(dropout), scale)
     out = out.transpose(1, 2).reshape(B, N, H, d).transpose(1, 2)  # (B nb) x H x w x d -> B x H x N x d
     lse = lse.unflatten(0, (B, nb)).transpose(1, 2).flatten(2, 3)  # (B nb) x H x w -> B x H x N
-    return out, lse.to(torch.promote_types(q.dtype, torch.float32))
+    return zero_unseen(out, lse, q.dtype), lse.to(torch.promote_types(q.dtype, torch.float32))

@@ -20,6 +20,7 @@ mask.
 import torch
 
 from ...layout import additive_mask, lowest
+from ..contract import zero_unseen
 from . import ops as fused_ops
 
 
@@ -175,4 +176,5 @@ def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropo
         prev_bias = grid[None, :, :, :w] if layout.overlap else None
     if k_summary is not None:  # one dtype for the kernels (autocast gives float32 summaries)
         k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
-    return CausalFused.apply(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, float(dropout), ops)
+    y, lse = CausalFused.apply(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, float(dropout), ops)
+    return zero_unseen(y, lse, q.dtype), lse
