@@ -1,9 +1,18 @@
 """The "c_loop" kernel (kernels/c_loop/: the blockwise kernel as one compiled C loop) equals the "blockwise"
 kernel (groups of torch products and PyTorch passes) in float32, dropout masks and all, on every layout and
 at two threads; and a float32 layer on it equals the per-query definition in float64 (docs/design.md,
-"Kernels"). Both kernels are chosen through the public option, EVAAttention(kernel=...) or the registry."""
+"Kernels"). Both kernels are chosen through the public option, EVAAttention(kernel=...) or the registry.
+Then the library's robustness (issue 18): it builds wherever it should, a damaged cached library is rebuilt
+instead of killing the process, a torch without sgemm_ gives one warning, an ILP64 BLAS is refused, and a
+failed allocation raises."""
 
 import copy
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +20,7 @@ from eva_helpers import fixed_noise, inputs, make
 
 from fairseq_eva.attention import EVAAttention
 from fairseq_eva.attention.kernels import KERNELS, softmax_dropout
+from fairseq_eva.attention.kernels.c_loop import build
 from fairseq_eva.attention.layout import BlockLayout
 from fairseq_eva.attention.reference import reference_eva
 
@@ -128,3 +138,123 @@ def test_the_layer_trains_alike_on_both_kernels(options, c_loop):
 
     for c, t in zip(run("c_loop"), run("blockwise")):
         torch.testing.assert_close(c, t, atol=2e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ the library (issue 18, items 2 and 3)
+
+
+def test_the_c_loop_builds_where_it_should():
+    """It builds wherever a C compiler with OpenMP and torch's sgemm_ are; elsewhere this skips, saying which is
+    missing (and the layer runs the blockwise kernel)."""
+    missing = build.prerequisite_missing()
+    if missing is not None:
+        pytest.skip(f"the C loop cannot build here: {missing}")
+    assert build.unavailable() is None
+
+
+# A fresh process with its own cache folder (build.py alone, without fairseq, for speed): asks for the library
+# twice, multiplies two matrices through it, and prints whether it runs and the warnings fairseq_eva gave.
+# "no-sgemm": as with a torch that exports none.
+CHILD = """
+import ctypes, importlib.util, json, sys, warnings
+spec = importlib.util.spec_from_file_location("build", sys.argv[2])
+build = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build)
+if sys.argv[1] == "no-sgemm":
+    build.SGEMM = "sgemm_not_exported_"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    library = build.library() and build.library()
+works = bool(library) and library[0].eva_check_sgemm(ctypes.c_void_p(library[1])) == 1
+print(json.dumps({"c_loop": works, "warnings": [str(w.message) for w in caught if "fairseq_eva" in str(w.message)]}))
+"""
+
+
+def run_child(cache, scenario=""):
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    child = subprocess.run([sys.executable, "-c", CHILD, scenario, build.__file__], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, f"the process died (exit status {child.returncode}): {child.stderr[-3000:]}"
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """A cache folder holding this process's good build (and its checksum); yields (folder, library path there)."""
+    if build.unavailable() is not None:
+        pytest.skip(f"the C loop: {build.unavailable()}")
+    good = build.library_path()
+    folder = tmp_path / "fairseq_eva"
+    folder.mkdir()
+    for name in (good, good + ".sum"):
+        shutil.copy(name, folder)
+    return tmp_path, str(folder / os.path.basename(good))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "garbage, no checksum"])
+def test_a_damaged_cached_library_is_rebuilt(cache, damage):
+    """A truncated library (its first 1000 bytes: loading it was a "Bus error") or one of random bytes (it was
+    "could not be built", for good) is rebuilt, silently, and the C loop runs."""
+    folder, path = cache
+    with open(path, "rb") as f:
+        good = f.read()
+    with open(path, "wb") as f:
+        f.write(good[:1000] if damage == "truncated" else os.urandom(len(good)))
+    if damage == "garbage, no checksum":  # as builds before the checksum left them
+        os.remove(path + ".sum")
+    result = run_child(folder)
+    assert result == {"c_loop": True, "warnings": []}
+    assert os.path.getsize(path) == len(good) and build._intact(path)
+
+
+def test_no_sgemm_warns_once_in_the_users_words(cache):
+    """A torch that exports no sgemm_: no C loop, and one warning (for two asks) says why, what runs instead and
+    how to move the cache."""
+    result = run_child(cache[0], "no-sgemm")
+    assert not result["c_loop"] and len(result["warnings"]) == 1, result
+    warning = result["warnings"][0]
+    for words in ("exports no sgemm_not_exported_", "runs the blockwise kernel", "1.2 to 1.7 times", "XDG_CACHE_HOME"):
+        assert words in warning, warning
+
+
+SGEMM_TYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)
+
+
+def fake_sgemm(integer):
+    """A column-major sgemm in Python that reads its integer arguments as `integer` (c_int32: LP64, c_int64:
+    ILP64), refusing (without computing) a leading dimension below m, as a BLAS's argument check does."""
+
+    def sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        m, n, k, lda, ldb, ldc = (ctypes.cast(x, ctypes.POINTER(integer))[0] for x in (m, n, k, lda, ldb, ldc))
+        if lda < m or ldc < m:
+            return
+        a, b, c = (ctypes.cast(x, ctypes.POINTER(ctypes.c_float)) for x in (a, b, c))
+        for i in range(m):
+            for j in range(n):
+                c[i + j * ldc] = sum(a[i + p * lda] * b[p + j * ldb] for p in range(k))
+
+    return SGEMM_TYPE(sgemm)
+
+
+def test_the_build_check_refuses_a_blas_with_64_bit_integers(c_loop):
+    """The test call of a build (eva_check_sgemm) passes with a BLAS that takes 32-bit integers (torch's, and a
+    fake one) and fails with one that takes 64-bit integers."""
+    lib = build.library()[0]
+    lib.eva_check_sgemm.argtypes = [ctypes.c_void_p]
+    assert lib.eva_check_sgemm(ctypes.c_void_p(build.library()[1])) == 1
+    lp64, ilp64 = fake_sgemm(ctypes.c_int32), fake_sgemm(ctypes.c_int64)
+    assert lib.eva_check_sgemm(ctypes.cast(lp64, ctypes.c_void_p)) == 1
+    assert lib.eva_check_sgemm(ctypes.cast(ilp64, ctypes.c_void_p)) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/overcommit_memory") or open("/proc/sys/vm/overcommit_memory").read().strip()
+                    == "1", reason="needs an allocator that refuses what it cannot hold (Linux overcommit mode 0 or 2)")
+def test_a_failed_allocation_raises(c_loop):
+    """Buffers the C loop cannot allocate (one block of 2^20 queries against 2^20 summaries: 8 TiB of logits)
+    raise a MemoryError instead of aborting the process."""
+    N = C = 2**20
+    q, k, v = (torch.zeros(1, 1, N, 1) for _ in range(3))
+    k_summary, beta = torch.zeros(1, 1, C, 1), torch.zeros(1, 1, C, 1)
+    with pytest.raises(MemoryError, match="could not allocate"):
+        KERNELS["c_loop"].run(layout=BlockLayout.bidirectional(N, False), q=q, k=k, v=v, k_summary=k_summary, beta=beta,
+                              chunk_ok=None, rpe=None, lengths=None, dropout=0.0, seed=0, scale=1.0)

@@ -6,7 +6,7 @@ backward formulas; see its docstring) without the Python between the steps, with
 summaries] into one tensor (two products write the two column ranges of the logits), and with one block's
 logits at a time (256 x 384 floats in the benchmarks), which stay in the core's cache for the passes. The
 tests check it against the groups, mask for mask. It runs where torch's own library exports `sgemm_` (the
-x86-64 Linux wheels, with MKL inside) and a C compiler is (library.py); the C source is cpu_kernel.c.
+x86-64 Linux wheels, with MKL inside) and a C compiler is (build.py); the C source is cpu_kernel.c.
 """
 
 import ctypes
@@ -15,7 +15,8 @@ import torch
 
 from .. import blockwise, softmax_dropout
 from ..contract import KernelSpec, register
-from .library import library
+from . import build
+from .build import library
 
 
 class _Layer(ctypes.Structure):
@@ -51,6 +52,14 @@ class _Call:
                             softmax_dropout.threshold(dropout), s0, s1, torch.get_num_threads(), library()[1])
 
 
+def _check(status, call):
+    """The C loop returns -1 where a thread could not allocate its buffers (a block's logits and their gradient)."""
+    if status != 0:
+        layer = call.layer
+        raise MemoryError(f"the C loop could not allocate its buffers: {layer.threads} threads x about "
+                          f"{3 * layer.w * (layer.width + layer.C) * 4} bytes")
+
+
 def _token_major(t):
     """t (B x H x N x d) as a view of contiguous B x N x H x d memory (a copy if it is not one)."""
     return t.transpose(1, 2).contiguous().transpose(1, 2)
@@ -67,7 +76,7 @@ def forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, 
     call = _Call(q, k_summary, bias, lengths, chunk_ok, layout, dropout, scale, seed)
     out = q.new_empty(B, N, H, d).transpose(1, 2)
     lse = q.new_empty(B, H, N)
-    library()[0].eva_forward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, out, lse)))
+    _check(library()[0].eva_forward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, out, lse))), call)
     return out, lse
 
 
@@ -81,8 +90,9 @@ def backward(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, layou
     d_summary = None if k_summary is None else torch.zeros_like(k_summary)
     d_beta = None if beta is None else torch.zeros_like(beta)
     d_bias = q.new_zeros(bias.shape) if bias_grad else None
-    library()[0].eva_backward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, grad, lse, dq, dk, dv, d_summary,
-                                                                    d_beta, d_bias)))
+    status = library()[0].eva_backward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, grad, lse, dq, dk, dv,
+                                                                             d_summary, d_beta, d_bias)))
+    _check(status, call)
     return dq, dk, dv, d_summary, d_beta, d_bias
 
 
@@ -94,16 +104,12 @@ def attention(**call):
     return blockwise.attention(**call, implementation=C_LOOP)
 
 
-def _unavailable():
-    return None if library() is not None else "it did not build (see the warning given when it was tried)"
-
-
 register(KernelSpec(
     name="c_loop",
     run=attention,
     devices=frozenset({"cpu"}),
     dtypes=frozenset({torch.float32}),
-    unavailable=_unavailable,
+    unavailable=build.unavailable,
     summary="the blockwise kernel as one compiled C loop calling torch's sgemm: float32 on the CPU, everything; the "
             "fastest there",
 ))

@@ -158,14 +158,21 @@ static inline int64_t row_id(const eva_layer *L, const block *t, int64_t i) {
     return (t->b * L->H + t->h) * L->N + t->blk * L->w + i;
 }
 
-void eva_forward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
-                 float *out, float *lse) {
+/* Returns 0, or -1 where a thread could not allocate its buffers (then nothing was computed). */
+int eva_forward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                float *out, float *lse) {
     int64_t hd = L->H * L->d, w = L->w, keys_max = L->width + L->C;
+    int failed = 0;
     #pragma omp parallel num_threads(L->threads)
     {
     float *S = malloc(w * keys_max * sizeof *S);
     uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
-    if (!S || !buffer) abort();
+    if (!S || !buffer) {
+        #pragma omp atomic write
+        failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed)
     #pragma omp for collapse(3) schedule(static)
     for (int64_t h = 0; h < L->H; h++)
         for (int64_t b = 0; b < L->B; b++)
@@ -185,17 +192,25 @@ void eva_forward(const eva_layer *L, const float *q, const float *k, const float
     free(S);
     free(buffer);
     }
+    return failed ? -1 : 0;
 }
 
-/* dk, dv, dks, dbeta, dbias are accumulated into (zeros from the caller); dq is written. */
-void eva_backward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
-                  const float *dy, const float *lse, float *dq, float *dk, float *dv, float *dks, float *dbeta, float *dbias) {
+/* dk, dv, dks, dbeta, dbias are accumulated into (zeros from the caller); dq is written. Returns 0, or -1 where a
+   thread could not allocate its buffers. */
+int eva_backward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                 const float *dy, const float *lse, float *dq, float *dk, float *dv, float *dks, float *dbeta, float *dbias) {
     int64_t hd = L->H * L->d, w = L->w, width = L->width, keys_max = width + L->C;
+    int failed = 0;
     #pragma omp parallel num_threads(L->threads)
     {
     float *S = malloc(w * keys_max * sizeof *S), *dP = malloc(w * keys_max * sizeof *dP), *P = malloc(keys_max * sizeof *P);
     uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
-    if (!S || !dP || !P || !buffer) abort();
+    if (!S || !dP || !P || !buffer) {
+        #pragma omp atomic write
+        failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed)
     #pragma omp for schedule(static)  /* heads in parallel: the rows of one head share its dbias */
     for (int64_t h = 0; h < L->H; h++)
         for (int64_t b = 0; b < L->B; b++)
@@ -231,4 +246,19 @@ void eva_backward(const eva_layer *L, const float *q, const float *k, const floa
     free(P);
     free(buffer);
     }
+    return failed ? -1 : 0;
+}
+
+/* The build's check that the BLAS takes 32-bit integers (an ILP64 one would read 64 bits for each and run on
+   sizes that are not there, corrupting memory): the integer arguments of a 2 x 2 product sit in the low half
+   of 64-bit slots, m's with a high half of 1, so that a 32-bit BLAS reads 2 for every one and a 64-bit one reads
+   m = 2^32 + 2 with leading dimensions of 2, which it refuses (or miscomputes). Returns 1 where the product is
+   right. Run in a child process at build time: a BLAS that aborts on bad arguments takes only the child down. */
+int eva_check_sgemm(sgemm_fn sgemm) {
+    int32_t m[2] = {2, 1}, n[2] = {2, 0};  /* little-endian: the low half first */
+    const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, one = 1.0f, zero = 0.0f;
+    float c[4] = {0, 0, 0, 0};
+    sgemm("N", "N", m, n, n, &one, a, n, b, n, &zero, c, n);
+    /* column-major: A = [1 3; 2 4], B = [5 7; 6 8], AB = [23 31; 34 46] */
+    return c[0] == 23.0f && c[1] == 34.0f && c[2] == 31.0f && c[3] == 46.0f;
 }
