@@ -2,7 +2,8 @@
 
 Exactness checks run in float64 with tolerance 1e-6: the special cases of section 2 against softmax
 attention built from the module's own projections with explicit N x N masks, and the general case
-against `reference_eva`, a slow per-query implementation written straight from the definition.
+against `reference_eva` (fairseq_eva/attention/reference.py), a slow per-query implementation written
+straight from the definition. Tests that take the `kernel` fixture run on each registered kernel.
 Then causality, incremental decoding, padding, numerics and option checking.
 """
 
@@ -10,39 +11,12 @@ import math
 
 import pytest
 import torch
+from eva_helpers import KERNEL_NAMES, TOL, fixed_noise, inputs, make
 
 from fairseq_eva.attention import EVAAttention, relative_position_bucket
-
-F64 = torch.float64
-TOL = dict(atol=1e-6, rtol=0)
-
-
-# ------------------------------------------------------------------------------------------ helpers
-
+from fairseq_eva.attention.reference import reference_eva
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def make(embed=16, heads=2, seed=0, dtype=F64, train=False, **options):
-    """An EVAAttention whose biases, LayerNorms and RPE are randomised (their inits are ~0 or ~1,
-    which would hide a missing bias or a misplaced RPE)."""
-    torch.manual_seed(seed)
-    options.setdefault("use_rpe", False)
-    mod = EVAAttention(embed, heads, **options)
-    with torch.no_grad():
-        for name, p in mod.named_parameters():
-            if name.startswith("rpe."):
-                p.normal_(0.0, 1.0)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.3)
-            elif p.dim() == 1:  # LayerNorm weights
-                p.normal_(1.0, 0.3)
-    return mod.to(dtype).train(train)
-
-
-def inputs(B, N, embed=16, seed=1, dtype=F64, requires_grad=False):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(B, N, embed, generator=g, dtype=dtype).requires_grad_(requires_grad)
 
 
 def qkv(mod, x):
@@ -83,57 +57,6 @@ def block_local_mask(N, w, causal, overlap):
     return (m >= start - half) & (m < start + w + half)
 
 
-def local_set(mod, n, L):
-    """E^n for query n of a sequence of L real tokens (docs/design.md, "Blocks and chunks")."""
-    w = mod.window_size
-    if w == 0:
-        return []
-    start = (n // w) * w
-    if mod.causal:
-        first = max(0, start - w) if mod.overlap else start
-        return list(range(first, n + 1))
-    half = w // 2 if mod.overlap else 0
-    return [m for m in range(start - half, start + w + half) if 0 <= m < L]
-
-
-def reference_eva(mod, x, noise=None):
-    """EVA for one sequence x (L x embed, all real), looping over queries as docs/design.md, "What EVA computes", reads.
-
-    noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu).
-    """
-    L = x.size(0)
-    d = mod.head_dim
-    q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
-    scale = 1 / math.sqrt(d)
-    if mod.causal:
-        size = mod.chunk_size
-    else:
-        size = mod.chunk_size or (math.ceil(L / mod.num_chunks) if mod.num_chunks else 0)
-    chunks = [list(range(a, min(a + size, L))) for a in range(0, L, size)] if size else []
-    summaries = []  # (positions, k~_c, beta_c)
-    for c, P in enumerate(chunks):
-        k_sum = mod.chunks.sigma_k(k[:, P].mean(1))  # H x d
-        omega = mod.chunks.sigma_q(q[:, P].mean(1)) + k_sum
-        if noise is not None:
-            omega = omega + noise(c)
-        log_w = ((k[:, P] * omega[:, None]).sum(-1) - 0.5 * k[:, P].pow(2).sum(-1)) * scale  # H x |P|
-        beta = (torch.softmax(log_w, -1)[..., None] * v[:, P]).sum(1)  # H x d
-        summaries.append((P, k_sum, beta))
-    ys = []
-    for n in range(L):
-        E = local_set(mod, n, L)
-        visible = [(ks, b) for P, ks, b in summaries if not mod.causal or max(P) < min(E)]
-        logits = (q[:, n : n + 1] * k[:, E]).sum(-1) * scale  # H x |E|
-        if mod.rpe is not None and E:
-            logits = logits + mod.rpe(torch.tensor(E) - n).to(x.dtype)
-        logits = [logits] + [(q[:, n] * ks).sum(-1, keepdim=True) * scale for ks, _ in visible]
-        values = torch.cat([v[:, E]] + [b[:, None] for _, b in visible], dim=1)  # H x K x d
-        p = torch.softmax(torch.cat(logits, -1), -1)
-        ys.append((p[..., None] * values).sum(1))
-    y = torch.stack(ys, 1)  # H x L x d
-    return merge(mod, y[None])[0]
-
-
 def real_mask(lengths, N, side):
     """key_padding_mask (True = pad) for right or left padding."""
     pos = torch.arange(N)[None, :]
@@ -141,17 +64,10 @@ def real_mask(lengths, N, side):
     return pos >= lengths if side == "right" else pos < N - lengths
 
 
-def force_blockwise(monkeypatch):
-    """EVA runs on fused kernels (no dropout, no RPE gradient) or on the blockwise kernel (training with
-    dropout or a trainable RPE); this sends every call to the blockwise one, so that both meet the same checks."""
-    monkeypatch.setattr(EVAAttention, "_use_blockwise", lambda self, q, grid: True)
-
-
-@pytest.fixture(params=["auto", "blockwise"])
-def kernel(request, monkeypatch):
-    """Runs a test on the kernel EVA picks and on the blockwise kernel (see force_blockwise)."""
-    if request.param == "blockwise":
-        force_blockwise(monkeypatch)
+@pytest.fixture(params=KERNEL_NAMES)
+def kernel(request):
+    """Runs a test on each registered kernel, chosen through EVAAttention(kernel=...); `make` skips, with the
+    reason, where that kernel cannot compute the test's call here."""
     return request.param
 
 
@@ -243,7 +159,7 @@ BIDIRECTIONAL_CASES = [
 def test_bidirectional_matches_definition(options, rpe, N, kernel):
     """The fast batched implementation equals the per-query definition (E^n, all chunks, one softmax).
     N = 9 with C = 4 has an empty fourth chunk (size ceil(9/4) = 3), which must not be visible."""
-    mod = make(use_rpe=rpe, **options)
+    mod = make(use_rpe=rpe, kernel=kernel, **options)
     x = inputs(2, N)
     expected = torch.stack([reference_eva(mod, row) for row in x])
     torch.testing.assert_close(mod(x), expected, **TOL)
@@ -252,29 +168,17 @@ def test_bidirectional_matches_definition(options, rpe, N, kernel):
 @pytest.mark.parametrize("rpe", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("window,chunk", [(8, 1), (8, 2), (8, 4), (8, 8), (4, 2), (6, 3)])
-def test_causal_matches_definition(window, chunk, overlap, rpe, monkeypatch):
+def test_causal_matches_definition(window, chunk, overlap, rpe, kernel):
     """Causal: E^n = n's block up to n (+ previous block), chunks visible iff they end before E^n.
-    Checked on both code paths, with and without autograd (a trainable RPE may pick another path)."""
-    mod = make(causal=True, window_size=window, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
+    Checked on each kernel, and with "auto" with and without autograd (a trainable RPE may pick another)."""
+    mod = make(causal=True, window_size=window, chunk_size=chunk, overlap=overlap, use_rpe=rpe, kernel=kernel)
     x = inputs(2, 37)
     expected = torch.stack([reference_eva(mod, row) for row in x])
-    for fused in (True, False):
-        with monkeypatch.context() as patch:
-            if not fused:
-                force_blockwise(patch)
-            for grad in (True, False):
-                with torch.set_grad_enabled(grad):
-                    where = f"fused={fused} grad={grad}"
-                    torch.testing.assert_close(mod(x), expected, **TOL, msg=lambda m: f"{where}: {m}")
-
-
-def _fixed_noise(shape_h_c_d):
-    """A deterministic stand-in for eps ~ N(0, I): eps[h, c, i] depends on head, chunk and feature."""
-    H, C, d = shape_h_c_d
-    h = torch.arange(H, dtype=F64)[:, None, None]
-    c = torch.arange(C, dtype=F64)[None, :, None]
-    i = torch.arange(d, dtype=F64)[None, None, :]
-    return torch.sin(1.0 + 0.7 * h + 1.3 * c + 0.37 * i)
+    torch.testing.assert_close(mod(x), expected, **TOL)
+    mod.kernel = "auto"
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            torch.testing.assert_close(mod(x), expected, **TOL, msg=lambda m: f"auto, grad={grad}: {m}")
 
 
 @pytest.mark.parametrize(
@@ -289,10 +193,10 @@ def _fixed_noise(shape_h_c_d):
 def test_training_sample_enters_as_omega_equals_mu_plus_eps(options, monkeypatch):
     """In training omega_c = mu_c + eps: with eps pinned (torch.randn_like patched), the output equals the
     definition with that eps."""
-    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: _fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
     mod = make(train=True, use_rpe=True, **options)
     x = inputs(2, 21)
-    expected = torch.stack([reference_eva(mod, row, noise=lambda c: _fixed_noise((2, c + 1, 8))[:, c]) for row in x])
+    expected = torch.stack([reference_eva(mod, row, noise=lambda c: fixed_noise((2, c + 1, 8))[:, c]) for row in x])
     torch.testing.assert_close(mod(x), expected, **TOL)
     mod.eval()
     assert (mod(x) - expected).abs().max() > 1e-3  # the noise matters, so the check above is not vacuous
@@ -351,7 +255,8 @@ def test_causal_outputs_ignore_the_future(overlap, rpe, padding, mode, kernel):
     forwards are reseeded so that training noise and dropout are drawn the same."""
     N, cuts = 19, (0, 3, 4, 8, 11, 17)
     train, dropout, grad = MODES[mode]
-    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout)
+    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout,
+               kernel=kernel)
     x = inputs(2, N).repeat(len(cuts), 1, 1)  # row 2 i + b: sequence b, cut i
     mask = _padding_mask(padding, 2, N)
     mask = None if mask is None else mask.repeat(len(cuts), 1)
@@ -376,7 +281,8 @@ def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, paddin
     the batch holds a copy of the sequences per n, and copy n back-propagates from y_n only."""
     N = 19
     train, dropout, _ = MODES[mode]
-    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout)
+    mod = make(causal=True, window_size=4, chunk_size=2, overlap=overlap, use_rpe=rpe, train=train, dropout=dropout,
+               kernel=kernel)
     x = inputs(2, N).repeat(N, 1, 1).requires_grad_()  # row 2 n + b: sequence b, output n
     mask = _padding_mask(padding, 2, N)
     mask = None if mask is None else mask.repeat(N, 1)
@@ -398,7 +304,7 @@ def test_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, rpe, paddin
 def test_pad_inputs_do_not_matter(causal, kernel):
     """Whatever sits at padded positions (left or right) changes no output at a real position."""
     opts = dict(causal=True, window_size=4, chunk_size=2) if causal else dict(window_size=4, num_chunks=3)
-    mod = make(use_rpe=True, overlap=True, **opts)
+    mod = make(kernel=kernel, use_rpe=True, overlap=True, **opts)
     for side in ("right", "left"):
         x = inputs(2, 19)
         mask = real_mask([19, 11], 19, side)
@@ -419,7 +325,7 @@ def _decode(mod, x, cache, step=1):
 @pytest.mark.parametrize("chunk", [0, 2, 4])
 def test_incremental_decoding_matches_full_forward(chunk, overlap, rpe, kernel):
     """Token by token with a cache equals the parallel forward, over N = 37 (blocks of 8, chunks of 2 or 4)."""
-    mod = make(causal=True, window_size=8, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
+    mod = make(kernel=kernel, causal=True, window_size=8, chunk_size=chunk, overlap=overlap, use_rpe=rpe)
     x = inputs(2, 37)
     with torch.no_grad():
         torch.testing.assert_close(_decode(mod, x, {}), mod(x), **TOL)
@@ -437,7 +343,7 @@ def test_incremental_decoding_several_tokens_per_call():
 def test_incremental_decoding_with_reordered_cache(overlap, kernel):
     """Beam search: after EVAAttention.reorder_cache(cache, new_order), e.g. [2, 0, 0], the outputs so far and
     from then on match the full forward of the reordered prefixes, each continued with its own new tokens."""
-    mod = make(causal=True, window_size=8, chunk_size=2, overlap=overlap, use_rpe=True)
+    mod = make(kernel=kernel, causal=True, window_size=8, chunk_size=2, overlap=overlap, use_rpe=True)
     x = inputs(3, 37)
     orders = {13: torch.tensor([2, 0, 0]), 26: torch.tensor([1, 2, 0])}
     fed = x[:, :0]  # what each batch row has been fed so far (its prefix), reordered with the cache
@@ -501,7 +407,7 @@ def _check_padded_batch(options, side):
 def test_padded_batch_equals_each_sequence_alone(options, side, kernel):
     """A sequence's output does not depend on its batch: lengths 37, 23, 5, 1 padded to 37
     (blocks and chunks are laid out over each sequence's own tokens, C chunks of ceil(L / C))."""
-    _check_padded_batch(options, side)
+    _check_padded_batch({**options, "kernel": kernel}, side)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
@@ -516,7 +422,7 @@ def test_padded_batch_equals_each_sequence_alone(options, side, kernel):
 )
 def test_causal_padded_batch_equals_each_sequence_alone(options, side, kernel):
     """Causal: the same, lengths 37, 23, 5, 1 padded to 37."""
-    _check_padded_batch({"causal": True, **options}, side)
+    _check_padded_batch({"causal": True, "kernel": kernel, **options}, side)
 
 
 @pytest.mark.parametrize(

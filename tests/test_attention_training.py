@@ -8,11 +8,12 @@ forward and the backward), checked statistically, by gradcheck and for reproduci
 
 import pytest
 import torch
-from test_attention import F64, TOL, _fixed_noise, inputs, make, reference_eva
+from eva_helpers import F64, KERNEL_NAMES, TOL, fixed_noise, inputs, make
 
-from fairseq_eva.attention import EVAAttention, causal_fused, cpu_kernel, eva, softmax_dropout
-from fairseq_eva.attention.blockwise import blockwise_attention
+from fairseq_eva.attention import EVAAttention
+from fairseq_eva.attention.kernels import KERNELS, choose, softmax_dropout
 from fairseq_eva.attention.layout import BlockLayout
+from fairseq_eva.attention.reference import reference_eva
 
 CASES = [
     dict(window_size=4, num_chunks=3),
@@ -27,27 +28,19 @@ CASES = [
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def spy_blockwise(monkeypatch):
-    """Records the calls of the blockwise kernel."""
-    calls = []
-    original = eva.blockwise_attention
-    monkeypatch.setattr(eva, "blockwise_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
-    return calls
-
-
+@pytest.mark.parametrize("kernel", KERNEL_NAMES)
 @pytest.mark.parametrize("options", CASES, ids=str)
-def test_training_gradients_match_the_definition(options, monkeypatch):
+def test_training_gradients_match_the_definition(options, kernel, monkeypatch):
     """Training mode, trainable RPE, sampled omega (noise pinned): the output and the gradients of the input
-    and of every parameter (projections, proposal, RPE table) equal autograd through reference_eva."""
-    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: _fixed_noise(t.shape[-3:]).to(t).expand_as(t))
-    calls = spy_blockwise(monkeypatch)
-    mod = make(train=True, use_rpe=True, **options)
+    and of every parameter (projections, proposal, RPE table) equal autograd through reference_eva, on each
+    kernel that trains here."""
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    mod = make(train=True, use_rpe=True, kernel=kernel, **options)
     x = inputs(2, 21, requires_grad=True)
     weights = torch.randn(2, 21, 16, dtype=F64)
     got = mod(x)
-    assert calls, "a trainable RPE in training takes the blockwise kernel"
     grads = torch.autograd.grad((got * weights).sum(), [x, *mod.parameters()])
-    noise = lambda c: _fixed_noise((2, c + 1, 8))[:, c]  # noqa: E731
+    noise = lambda c: fixed_noise((2, c + 1, 8))[:, c]  # noqa: E731
     expected = torch.stack([reference_eva(mod, row, noise=noise) for row in x])
     expected_grads = torch.autograd.grad((expected * weights).sum(), [x, *mod.parameters()])
     torch.testing.assert_close(got, expected, **TOL)
@@ -102,9 +95,11 @@ def test_dropout_reaches_the_chunk_weights():
     q, k = torch.randn(B, H, N, d, dtype=F64), torch.randn(B, H, N, d, dtype=F64)
     v = torch.zeros(B, H, N, d, dtype=F64)
     k_summary, beta = torch.randn(B, H, 4, d, dtype=F64), torch.ones(B, H, 4, d, dtype=F64)
-    args = (q, k, v, k_summary, beta, None, torch.full((B,), N), None, BlockLayout.bidirectional(w, False))
-    exact = blockwise_attention(*args)[..., 0]
-    dropped = torch.stack([blockwise_attention(*args, dropout=0.5, seed=s)[..., 0] for s in range(20)])
+    call = dict(layout=BlockLayout.bidirectional(w, False), q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=None,
+                rpe=None, lengths=None, scale=d**-0.5)
+    blockwise = KERNELS["blockwise"].run
+    exact = blockwise(**call, dropout=0.0, seed=0)[0][..., 0]
+    dropped = torch.stack([blockwise(**call, dropout=0.5, seed=s)[0][..., 0] for s in range(20)])
     assert (dropped - exact).abs().max() > 0.1
 
 
@@ -112,17 +107,18 @@ def test_dropout_reaches_the_chunk_weights():
     "layout", [BlockLayout.bidirectional(4, True), BlockLayout.causal_blocks(4, True, 2)], ids=["bidirectional", "causal"]
 )
 def test_dropout_backward_uses_the_forward_mask(layout):
-    """gradcheck with a fixed dropout seed: the analytic gradients (q, k, v, summaries, bias) are those of
+    """gradcheck with a fixed dropout seed: the analytic gradients (q, k, v, summaries, RPE table) are those of
     the function the forward computed, so the backward redraws the forward's mask."""
     B, H, N, d = 1, 2, 12, 3
     torch.manual_seed(0)
     tensors = [torch.randn(B, H, N, d, dtype=F64, requires_grad=True) for _ in range(3)]
     tensors += [torch.randn(B, H, 6 if layout.causal else 3, d, dtype=F64, requires_grad=True) for _ in range(2)]
-    tensors.append(torch.randn(H, 4, layout.width, dtype=F64, requires_grad=True))
+    tensors.append(torch.randn(H, layout.num_offsets, dtype=F64, requires_grad=True))  # the RPE table
     lengths = torch.tensor([N - 1])
 
-    def f(q, k, v, k_summary, beta, grid):
-        return blockwise_attention(q, k, v, k_summary, beta, grid, lengths, None, layout, dropout=0.3, seed=7)
+    def f(q, k, v, k_summary, beta, rpe):
+        return KERNELS["blockwise"].run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=None, rpe=rpe,
+                                        lengths=lengths, dropout=0.3, seed=7, scale=0.5)[0]
 
     assert torch.autograd.gradcheck(f, tensors)
 
@@ -143,64 +139,63 @@ def test_dropout_training_is_reproducible_under_a_seed(options):
 
 
 @pytest.mark.parametrize("options", CASES, ids=str)
-def test_fused_and_blockwise_kernels_agree(options, monkeypatch):
-    """Evaluation with a frozen RPE runs the fused kernels; forcing the blockwise one changes neither the
-    output nor any gradient (float64)."""
-    mod = make(use_rpe=True, **options)
-    mod.rpe.requires_grad_(False)
+def test_fused_and_blockwise_kernels_agree(options):
+    """Evaluation with a frozen RPE, which the fused kernels take on the CPU: the output and every gradient are
+    the same on the fused and the blockwise kernel (float64)."""
     x = inputs(2, 21, requires_grad=True)
     mask = torch.zeros(2, 21, dtype=torch.bool)
-    if not mod.causal:
+    if not options.get("causal"):
         mask[1, :5] = True  # left padding: per-row layouts
 
-    def outputs_and_gradients():
+    def outputs_and_gradients(kernel):
+        mod = make(use_rpe=True, kernel=kernel, **options)
+        mod.rpe.requires_grad_(False)
         y = mod(x, key_padding_mask=None if mod.causal else mask)
         params = [p for p in mod.parameters() if p.requires_grad]
         return y, torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), dtype=F64).view_as(y)).sum(), [x, *params])
 
-    calls = spy_blockwise(monkeypatch)
-    fused = outputs_and_gradients()
-    assert not calls
-    mod.kernel = "blockwise"
-    blockwise = outputs_and_gradients()
-    assert calls
+    fused, blockwise = outputs_and_gradients("fused"), outputs_and_gradients("blockwise")
     torch.testing.assert_close(fused[0], blockwise[0], atol=1e-10, rtol=0)
     for a, b in zip(fused[1], blockwise[1]):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
 
 
+def _auto(dtype, *, grad=True, dropout=0.0, bias_grad=False):
+    """The kernel "auto" picks on the CPU for such a call."""
+    return choose("auto", torch.empty(1, 2, 8, 8, dtype=dtype), needs_grad=grad, dropout=dropout, bias_grad=bias_grad).name
+
+
+def test_kernel_choice():
+    """float32 on the CPU: the C loop, always (the fastest there), where it builds. Elsewhere (float64,
+    bfloat16), the fused kernels where they apply (no dropout, no gradient for the bias) and the blockwise
+    kernel for dropout or a trainable RPE in training."""
+    c_loop = KERNELS["c_loop"].unavailable() is None
+    for call in (dict(), dict(dropout=0.1), dict(bias_grad=True), dict(grad=False)):
+        takes_fused = not (call.get("dropout") or call.get("bias_grad"))
+        assert _auto(torch.float32, **call) == ("c_loop" if c_loop else "fused" if takes_fused else "blockwise")
+    for dtype in (F64, torch.bfloat16):
+        assert _auto(dtype) == _auto(dtype, grad=False) == "fused"
+        assert _auto(dtype, dropout=0.1) == _auto(dtype, bias_grad=True) == "blockwise"
+
+
 @pytest.mark.parametrize("causal", [False, True])
-def test_kernel_choice(causal, monkeypatch):
-    """float32 on the CPU: the C loop, always (the fastest there). Elsewhere (float64 here), the fused kernels
-    where they apply (evaluation, no gradient for the bias) and the blockwise kernel for dropout or a trainable
-    RPE in training; forcing the fused kernel where it cannot run is an error that says why."""
+def test_the_layer_runs_the_kernel_it_is_given(causal):
+    """The layer passes its call to the kernel `choose` gives: a trainable RPE in training is the blockwise
+    kernel's in float64 (the layer equals the definition either way); forcing the fused kernel there is an
+    error that says why."""
     opts = dict(causal=True, window_size=8, chunk_size=2) if causal else dict(window_size=8, num_chunks=2)
-    calls = spy_blockwise(monkeypatch)
-
-    def runs_blockwise(mod, dtype=F64):
-        calls.clear()
-        mod.to(dtype)(torch.randn(1, 20, 16, dtype=dtype))
-        return bool(calls)
-
-    with_rpe = EVAAttention(16, 2, use_rpe=True, **opts)
-    assert runs_blockwise(with_rpe.train()) and runs_blockwise(with_rpe.eval())  # the RPE needs its gradient
+    x = torch.randn(1, 20, 16, dtype=F64)
+    with_dropout = EVAAttention(16, 2, use_rpe=False, dropout=0.1, kernel="fused", **opts).to(F64)
+    with_dropout.eval()(x)  # evaluation: no dropout, the fused kernel takes it
+    with pytest.raises(ValueError, match="'fused' cannot run this call: torch's fused CPU kernel takes no attention dropout"):
+        with_dropout.train()(x)
+    with_rpe = EVAAttention(16, 2, use_rpe=True, kernel="fused", **opts).to(F64).eval()
+    with pytest.raises(ValueError, match="gives no gradient to a trainable relative position bias"):
+        with_rpe(x)
     with torch.no_grad():
-        assert not runs_blockwise(with_rpe.train())
-        assert runs_blockwise(with_rpe.train(), torch.float32) == (cpu_kernel.library() is not None)
-    with_dropout = EVAAttention(16, 2, use_rpe=False, dropout=0.1, **opts)
-    assert runs_blockwise(with_dropout.train()) and not runs_blockwise(with_dropout.eval())
-    forced = EVAAttention(16, 2, use_rpe=False, dropout=0.1, kernel="fused", **opts).train()
-    with pytest.raises(ValueError, match="kernel='fused' takes no attention dropout"):
-        runs_blockwise(forced)
-
-
-def test_cpu_fused_kernel_refuses_a_trainable_bias():
-    q = torch.randn(1, 2, 8, 4)
-    bias = torch.zeros(1, 2, 4, 4, requires_grad=True)
-    with pytest.raises(ValueError, match="the CPU kernel takes neither"):
-        causal_fused.causal_attention(q, q, q, None, None, bias, None, BlockLayout.causal_blocks(4, False, 0), 0.5)
+        with_rpe(x)  # no gradient: the fused kernel takes it
 
 
 def test_unknown_kernel_is_named():
-    with pytest.raises(ValueError, match="kernel must be one of auto, fused, blockwise"):
+    with pytest.raises(ValueError, match="kernel must be one of auto, blockwise, c_loop, fused, reference; got 'flash'"):
         EVAAttention(16, 2, kernel="flash")

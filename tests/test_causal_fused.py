@@ -1,22 +1,24 @@
-"""The CUDA form of causal_fused.py on the CPU: its parts joined by log-sum-exp with a trainable RPE and
-attention dropout, and its chunk part grouped under a staircase mask, run here through `ReferenceKernel`,
-which keeps the memory-efficient CUDA kernel's contract (out and log-sum-exp forward; a backward that takes
-the joint out and log-sum-exp, replays the dropout mask from a saved state, and returns the bias gradient)
-in plain PyTorch. The CUDA kernel itself runs in the GPU check (benchmarks/gpu_check.py).
+"""The CUDA form of the "fused" kernel on the CPU: the bidirectional call over blocks and the causal parts
+joined by log-sum-exp, with a trainable RPE and attention dropout, and the causal chunk part grouped under a
+staircase mask, run here through `ReferenceOps`, which keeps the memory-efficient CUDA kernel's contract (out
+and log-sum-exp forward; a backward that takes the joint out and log-sum-exp, replays the dropout mask from a
+saved state, and returns the bias gradient) in plain PyTorch, passed to the fused kernel as its `ops`. The CUDA
+kernel itself runs in the GPU check (benchmarks/gpu_check.py) and in the CUDA-marked test below.
 """
 
 import pytest
 import torch
-from test_attention import F64, inputs, make
+from eva_helpers import F64, LAYOUTS, contract_inputs, inputs, make
 
-from fairseq_eva.attention import causal_fused, eva
+from fairseq_eva.attention.kernels import KERNELS, choose
+from fairseq_eva.attention.kernels.fused import bidirectional, causal, ops
 from fairseq_eva.attention.layout import BlockLayout
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-class ReferenceKernel(causal_fused.CUDAKernel):
-    """CUDAKernel's contract in PyTorch; group_logits small, so that chunk parts span several blocks."""
+class ReferenceOps(ops.CUDAOps):
+    """CUDAOps' contract in PyTorch; group_logits small, so that chunk parts span several blocks."""
 
     group_logits = 96
 
@@ -48,113 +50,106 @@ class ReferenceKernel(causal_fused.CUDAKernel):
         return dS @ k * scale, dS.transpose(-1, -2) @ q * scale, (P * Z).transpose(-1, -2) @ grad, dS if bias_grad else None
 
 
-@pytest.fixture
-def reference_kernel(monkeypatch):
-    monkeypatch.setitem(causal_fused.KERNELS, "cpu", ReferenceKernel)
+def cuda_form(**call):
+    """The fused kernel of the call's layout, run by ReferenceOps."""
+    return (causal if call["layout"].causal else bidirectional).attention(**call, ops=ReferenceOps)
 
 
-CASES = [
-    dict(causal=True, window_size=4, chunk_size=2),
-    dict(causal=True, window_size=4, chunk_size=2, overlap=True),
-    dict(causal=True, window_size=6, chunk_size=3, overlap=True),
-]
+def outputs_and_gradients(run, call, wrt):
+    y, lse = run(**call)
+    weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+    return [y, lse, *torch.autograd.grad((y * weights).sum(), [call[name] for name in wrt])]
 
 
-def outputs_and_gradients(mod, x):
-    y = mod(x)
-    weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y)
-    return y, torch.autograd.grad((y * weights).sum(), [x, *mod.parameters()])
-
-
-@pytest.mark.parametrize("options", CASES, ids=str)
-def test_the_cuda_form_equals_the_blockwise_kernel(options, reference_kernel, monkeypatch):
-    """Training, trainable RPE, no dropout: the output and every gradient (the RPE table's too) equal the
-    blockwise kernel's, in float64, with chunk parts of several blocks under the staircase mask."""
-    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: torch.zeros_like(t))  # omega's noise pinned
-    mod = make(train=True, use_rpe=True, **options)
-    x = inputs(2, 45, requires_grad=True)
-    fused = outputs_and_gradients(mod, x)
-    mod.kernel = "blockwise"
-    blockwise = outputs_and_gradients(mod, x)
-    torch.testing.assert_close(fused[0], blockwise[0], atol=1e-10, rtol=0)
-    for (name, _), a, b in zip([("input", x), *mod.named_parameters()], fused[1], blockwise[1]):
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_the_cuda_form_equals_the_reference_kernel(layout, padded):
+    """No dropout: y, lse and the gradients of q, k, v, the summaries and the RPE table equal the reference
+    kernel's in float64; causal with chunk parts of several blocks under the staircase mask. (Causal takes no
+    lengths: pads come after every real query.)"""
+    if padded and layout.causal:
+        pytest.skip("the fused causal kernel takes no lengths")
+    call = contract_inputs(layout, padded, F64)
+    wrt = ["q", "k", "v", "k_summary", "beta", "rpe"]
+    fused = outputs_and_gradients(cuda_form, call, wrt)
+    reference = outputs_and_gradients(KERNELS["reference"].run, call, wrt)
+    seen = torch.isfinite(reference[1])
+    fused[1], reference[1] = fused[1][seen], reference[1][seen]
+    for name, a, b in zip(["y", "lse", *wrt], fused, reference):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0, msg=lambda m: f"{name}: {m}")
-    assert fused[1][-1].abs().sum() > 0  # the RPE table got its gradient
-    layout = BlockLayout.causal_blocks(mod.window_size, mod.overlap, mod.chunk_size)
-    nb = 45 // mod.window_size + 1
-    groups = list(causal_fused._chunk_groups(layout, nb, nb * mod.window_size // mod.chunk_size, ReferenceKernel.group_logits))
-    assert any(b1 - b0 > 1 for b0, b1, _ in groups)  # the staircase mask was exercised
+    assert fused[-1].abs().sum() > 0  # the RPE table got its gradient
+    if layout.causal:
+        nb, C = 24 // layout.window, call["k_summary"].size(2)
+        groups = list(causal._chunk_groups(layout, nb, C, ReferenceOps.group_logits))
+        assert any(b1 - b0 > 1 for b0, b1, _ in groups)  # the staircase mask was exercised
 
 
-@pytest.mark.parametrize("options", CASES[:2], ids=str)
-def test_the_cuda_form_without_rpe_builds_the_causal_mask_itself(options, reference_kernel, monkeypatch):
-    """No RPE: the CUDA form gives its own part the causal mask as a bias (the kernel gets no is_causal),
-    and the output and gradients equal the blockwise kernel's."""
-    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: torch.zeros_like(t))
-    mod = make(train=True, use_rpe=False, **options)
-    x = inputs(2, 45, requires_grad=True)
-    fused = outputs_and_gradients(mod, x)
-    mod.kernel = "blockwise"
-    blockwise = outputs_and_gradients(mod, x)
-    for a, b in zip([fused[0], *fused[1]], [blockwise[0], *blockwise[1]]):
-        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
-
-
-def test_the_cuda_form_takes_dropout_and_passes_gradcheck(reference_kernel):
-    """Attention dropout on the joint probabilities: each part's mask replayed in its backward (gradcheck
-    with the same masks in every call), and the mean over many masks is the output without dropout."""
-    layout = BlockLayout.causal_blocks(4, True, 2)
-    B, H, N, d = 1, 2, 16, 3
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, H, N, d, generator=g, dtype=F64, requires_grad=True) for _ in range(3))
-    k_summary, beta = (torch.randn(B, H, N // 2, d, generator=g, dtype=F64, requires_grad=True) for _ in range(2))
-    own = torch.randn(1, H, 4, 4, generator=g, dtype=F64).masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), -1e30)
-    own.requires_grad_()
-    prev = torch.randn(1, H, 4, 4, generator=g, dtype=F64, requires_grad=True)
+@pytest.mark.parametrize("layout", [LAYOUTS["bidirectional, overlap"], LAYOUTS["causal, overlap"]],
+                         ids=["bidirectional", "causal"])
+def test_the_cuda_form_takes_dropout_and_passes_gradcheck(layout):
+    """Attention dropout on the joint probabilities: each call's mask replayed in its backward (gradcheck with
+    the same masks in every call), and the mean over many masks is the output without dropout."""
+    call = contract_inputs(layout, False, F64, B=1, N=16, d=3)
+    names = ["q", "k", "v", "k_summary", "beta", "rpe"]
 
     def attention(dropout, seed=0):
-        def run(*t):
+        def run(*tensors):
             torch.manual_seed(seed)
-            return causal_fused.causal_attention(*t, layout, 0.5, dropout)
+            return cuda_form(**{**call, **dict(zip(names, tensors)), "dropout": dropout})[0]
 
         return run
 
-    inputs_ = (q, k, v, k_summary, beta, own, prev)
-    assert torch.autograd.gradcheck(attention(0.3), inputs_)
+    tensors = [call[name] for name in names]
+    assert torch.autograd.gradcheck(attention(0.3), tensors)
     with torch.no_grad():
-        plain = attention(0.0)(*inputs_)
-        mean = torch.stack([attention(0.3, seed)(*inputs_) for seed in range(3000)]).mean(0)
-        dropped = attention(0.3, 1)(*inputs_)
+        plain = attention(0.0)(*tensors)
+        mean = torch.stack([attention(0.3, seed)(*tensors) for seed in range(3000)]).mean(0)
+        dropped = attention(0.3, 1)(*tensors)
     assert not torch.allclose(dropped, plain)
     assert (mean - plain).abs().max() < 0.1 * plain.abs().max()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("options", CASES, ids=str)
+@pytest.mark.parametrize("options", [dict(window_size=4, num_chunks=3, overlap=True),
+                                     dict(causal=True, window_size=4, chunk_size=2),
+                                     dict(causal=True, window_size=6, chunk_size=3, overlap=True)], ids=str)
 def test_the_cuda_kernel_equals_the_blockwise_kernel_on_cuda(options, monkeypatch):
-    """The real CUDA kernel, float32: the same outputs and gradients as the blockwise kernel on CUDA."""
+    """The real CUDA kernel, float32, training with a trainable RPE: the same outputs and gradients with
+    kernel="fused" as with kernel="blockwise" on CUDA."""
     monkeypatch.setattr(torch, "randn_like", lambda t, **kw: torch.zeros_like(t))
     torch.backends.cuda.matmul.allow_tf32 = False
-    mod = make(train=True, use_rpe=True, dtype=torch.float32, **options).cuda()
     x = inputs(2, 45, dtype=torch.float32).cuda().requires_grad_()
-    fused = outputs_and_gradients(mod, x)
-    mod.kernel = "blockwise"
-    blockwise = outputs_and_gradients(mod, x)
-    for a, b in zip([fused[0], *fused[1]], [blockwise[0], *blockwise[1]]):
+
+    def run(kernel):
+        mod = make(train=True, use_rpe=True, dtype=torch.float32, kernel=kernel, **options).cuda()
+        y = mod(x)
+        return [y, *torch.autograd.grad((y * torch.linspace(-1, 1, y.numel(), device=y.device).view_as(y)).sum(),
+                                        [x, *mod.parameters()])]
+
+    for a, b in zip(run("fused"), run("blockwise")):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_the_cpu_kernel_is_chosen_on_the_cpu_and_refuses_training_settings():
-    q = torch.randn(1, 2, 8, 4)
-    assert causal_fused.kernel_for(q) is causal_fused.CPUKernel
-    assert causal_fused.accepts(q, False, 0.0) and not causal_fused.accepts(q, True, 0.0)
-    assert not causal_fused.accepts(q, False, 0.1)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_on_cuda_takes_the_fused_kernels_for_training():
+    q = torch.randn(1, 2, 8, 8, device="cuda")
+    assert choose("auto", q, needs_grad=True, dropout=0.1, bias_grad=True).name == "fused"
+
+
+def test_the_fused_kernel_trains_on_cuda_only():
+    """Its spec takes dropout and a bias gradient, and its check refuses them on the CPU only (the CUDA ops
+    train the bias and take dropout)."""
+    spec, q = KERNELS["fused"], torch.randn(1, 2, 8, 8)
+    assert spec.dropout and spec.bias_grad and ops.OPS["cuda"].trains_bias_and_dropout
+    assert spec.refusal(q, needs_grad=True, dropout=0.0, bias_grad=False) is None
+    assert "dropout" in spec.refusal(q, needs_grad=True, dropout=0.1, bias_grad=False)
+    assert "gradient" in spec.refusal(q, needs_grad=True, dropout=0.0, bias_grad=True)
 
 
 def test_cuda_bias_rows_are_aligned_to_16():
     q, k = torch.randn(3, 2, 5, 8), torch.randn(3, 2, 21, 8)
     bias = torch.randn(1, 2, 5, 21, dtype=F64)
-    aligned = causal_fused.CUDAKernel._bias(bias, q, k)
+    aligned = ops.CUDAOps._bias(bias, q, k)
     assert aligned.shape == (3, 2, 5, 21) and aligned.dtype == q.dtype and aligned.stride(-2) % 16 == 0
     assert torch.equal(aligned, bias.float().expand(3, 2, 5, 21))
 
@@ -163,27 +158,14 @@ def test_cuda_bias_rows_are_aligned_to_16():
 def test_chunk_groups_cover_each_visible_summary_once(overlap):
     layout = BlockLayout.causal_blocks(8, overlap, 2)
     nb, total = 40, 160
-    groups = list(causal_fused._chunk_groups(layout, nb, total, 2000))
+    groups = list(causal._chunk_groups(layout, nb, total, 2000))
     blocks = [b for b0, b1, _ in groups for b in range(b0, b1)]
     assert blocks == [b for b in range(nb) if layout.visible_chunks(b, total) > 0]
     for b0, b1, K in groups:
         assert K == layout.visible_chunks(b1 - 1, total)
         assert b1 - b0 == 1 or (b1 - b0) * 8 * K <= 2000
-        mask = causal_fused._staircase(layout, b0, b1, K, F64, None)
+        mask = causal._staircase(layout, b0, b1, K, F64, None)
         seen = [layout.visible_chunks(b, total) for b in range(b0, b1)]
         if mask is not None:
             assert [int((row == 0).sum()) for row in mask[:: 8]] == seen
     assert any(b1 - b0 > 1 for b0, b1, _ in groups)
-
-
-def test_the_kernel_choice_on_cuda_takes_the_training_settings(monkeypatch):
-    """On CUDA the fused kernels are the training path, bidirectional and causal (decided here without a
-    GPU: the device check is the only CUDA-specific input)."""
-    q = torch.randn(1, 2, 8, 8)
-    monkeypatch.setitem(causal_fused.KERNELS, "cpu", ReferenceKernel)
-    monkeypatch.setattr(eva.cpu_kernel, "applies", lambda q: False)  # a CUDA tensor never runs the CPU kernel
-    assert causal_fused.accepts(q, True, 0.1)
-    for causal in (False, True):
-        mod = eva.EVAAttention(16, 2, causal=causal, window_size=4, chunk_size=2, dropout=0.1).train()
-        grid = torch.zeros(2, 4, 4, requires_grad=True)
-        assert mod._use_blockwise(q, grid) == (not causal)  # bidirectional: CPU tensors stay blockwise

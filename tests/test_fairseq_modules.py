@@ -388,3 +388,29 @@ def test_fairseqs_batching_keeps_every_sentence(n, max_tokens):
     assert np.array_equal(np.concatenate(batches), indices)
     assert all(len(b) * lengths[b].max() <= max_tokens for b in batches)
     assert all(len(b) % 8 == 0 for b in batches[:-1])
+
+
+def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():
+    """--eva-kernel (hydra: model.eva_kernel) reaches every EVA self-attention, encoder and decoder; the default
+    is auto; a pinned kernel computes the model (here the blockwise kernel, on the same weights as auto, to
+    float32 rounding); an unknown name is refused by argparse."""
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    auto = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, dictionary=d)
+    pinned = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, "--eva-kernel", "blockwise", dictionary=d)
+    layers = [m for m in pinned.modules() if isinstance(m, EVAAttention)]
+    assert len(layers) == 4 and {m.causal for m in layers} == {False, True}
+    assert {m.kernel for m in layers} == {"blockwise"}
+    assert {m.kernel for m in auto.modules() if isinstance(m, EVAAttention)} == {"auto"}
+    pinned.load_state_dict(auto.state_dict())
+    src, prev = tokens(2, 21, d), tokens(2, 17, d, seed=1)
+    with torch.no_grad():
+        expected = auto(src, torch.tensor([21, 21]), prev)[0]
+        got = pinned(src, torch.tensor([21, 21]), prev)[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    hydra = vars(parse("translation", "transformer_eva_tiny", *extra, "--eva-kernel", "fused"))
+    model = TransformerEVAModel.build_model(OmegaConf.create({k: v for k, v in hydra.items() if v is None or
+                                                              isinstance(v, (bool, int, float, str))}), fake_task(d))
+    assert {m.kernel for m in model.modules() if isinstance(m, EVAAttention)} == {"fused"}
+    with pytest.raises(SystemExit):
+        parse("translation", "transformer_eva_tiny", "--eva-kernel", "flash")

@@ -7,15 +7,10 @@ visible chunk (the paper's Eq. 13 with one sample per chunk; docs/design.md, "Wh
     y_n = sum_{m in E^n} p_m v_m  +  sum_{visible c} p_c beta_c
 
 with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bias (relative_position.py).
-Which keys a block of queries sees is layout.py's BlockLayout. The layer runs on one of two kernels
-(docs/design.md, "Kernels"):
-- fused: torch's fused attention kernels with additive masks of shape (block, keys), never (N, N): one
-  scaled_dot_product_attention over blocks (bidirectional), or causal_fused.py (causal). On CUDA they take
-  dropout and a trainable bias (torch's memory-efficient kernel): the GPU path. On the CPU they take
-  neither, and run only where the C loop below does not (float64, bfloat16, no C compiler);
-- blockwise (blockwise.py): the joint softmax block by block with recomputation in the backward, with
-  attention dropout and a trainable RPE, on any device, in linear memory. For float32 on the CPU it is one
-  compiled C loop (cpu_kernel.py), faster there than the fused kernels: the CPU path.
+Which keys a block of queries sees is layout.py's BlockLayout. The layer keeps the projections, the chunk
+summaries, the padding layout and incremental decoding; the joint softmax is a kernel's (kernels/, one
+contract, chosen by `kernels.choose` once per call: docs/design.md, "Kernels"). Window 0 (bidirectional,
+summaries only) is plain softmax attention over the summaries, which the layer computes itself.
 Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major").
 """
 
@@ -26,19 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import causal_fused, cpu_kernel
-from .blockwise import blockwise_attention
 from .chunks import PROPOSALS, ChunkSummaries
-from .layout import BlockLayout, additive_mask, lowest, visible_causal_chunks
+from .kernels import KERNELS, choose
+from .layout import BlockLayout, additive_mask, visible_causal_chunks
 from .relative_position import RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
-
-
-def _cat_last(a, b):
-    """Concatenates two masks along keys, broadcasting the other dimensions."""
-    shape = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
-    return torch.cat([a.expand(*shape, a.size(-1)), b.expand(*shape, b.size(-1))], dim=-1)
 
 
 def _pad_positions(t, before, after):
@@ -46,19 +34,6 @@ def _pad_positions(t, before, after):
     if before == after == 0:
         return t
     return F.pad(t.transpose(1, 2), (0, 0, 0, 0, before, after)).transpose(1, 2)
-
-
-def _blocks(t, nb):
-    """B x H x (nb w) x d -> B x nb x w x H x d, a view of token-major memory."""
-    return t.transpose(1, 2).unflatten(1, (nb, -1))
-
-
-def _heads(t):
-    """B x blocks x L x H x d -> (B blocks) x H x L x d: blocks as batch rows of the fused attention."""
-    return t.flatten(0, 1).transpose(1, 2)
-
-
-KERNELS = ("auto", "fused", "blockwise")
 
 
 def check_options(
@@ -82,7 +57,8 @@ def check_options(
     need(not (num_chunks and chunk_size), f"set {chunks[0]} ({num_chunks}) or {chunks[1]} ({chunk_size}), not both")
     need(0.0 <= dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {dropout!r}")
     need(proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
-    need(kernel in KERNELS, f"{name('kernel')} must be one of {', '.join(KERNELS)}; got {kernel!r}")
+    need(kernel == "auto" or kernel in KERNELS,
+         f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
     window = name("window_size")
     if causal:
         need(window_size >= 1, f"{window} must be at least 1 in causal EVA, got {window_size}")
@@ -105,7 +81,7 @@ class EVAAttention(nn.Module):
     Causal (causal=True): E^n is n's block up to n (plus the previous block with `overlap`); chunks of
     `chunk_size` (dividing the window) are visible once they end before E^n starts.
     No chunks (0) is plain block-local attention. Inputs are batch first: B x N x embed_dim.
-    kernel: "auto" (fused where it applies, else blockwise), or one of them forced (tests, benchmarks).
+    kernel: "auto" (the first kernel of kernels.AUTO_ORDER that takes the call), or a registered kernel's name.
     """
 
     def __init__(
@@ -212,27 +188,17 @@ class EVAAttention(nn.Module):
     def _rpe_bias(self, relative_position):
         return self.rpe(relative_position.to(torch.long)).unsqueeze(0)  # 1 x H x ... (broadcast over blocks)
 
-    def _rpe_grid(self, layout, q):
-        """The RPE of every (query, local key) pair of a block, H x w x width (the same for all blocks), or None."""
-        if self.rpe is None:
-            return None
-        return self.rpe(layout.relative_positions(q.device)).to(q.dtype)
-
-    def _use_blockwise(self, q, grid):
-        """The kernel for this call (docs/design.md, "Kernels"): float32 on the CPU, the blockwise kernel's C
-        loop, the fastest there; otherwise the fused kernels where they take the call (on the CPU no dropout
-        and no bias gradient, on CUDA both)."""
-        needs_grad, dropout = grid is not None and grid.requires_grad, self._dropout_p()
-        if self.causal:
-            fused_ok = causal_fused.accepts(q, needs_grad, dropout)
-        else:
-            fused_ok = q.device.type == "cuda" or not needs_grad and dropout == 0
-        if self.kernel == "fused" and not fused_ok:
-            raise ValueError("kernel='fused' takes no attention dropout in training and no trainable RPE on the CPU "
-                             "(causal, on CUDA: float16, bfloat16 or float32); use kernel='auto' or 'blockwise'")
-        if self.kernel != "auto":
-            return self.kernel == "blockwise"
-        return cpu_kernel.applies(q) or not fused_ok
+    def _kernel(self, layout, q, k, v, k_summary=None, beta=None, chunk_ok=None, lengths=None):
+        """The joint softmax by the kernel `choose` picks for this call (kernels/contract.py)."""
+        rpe = None if self.rpe is None else self.rpe(layout.offsets(q.device))  # H x num_offsets
+        dropout = self._dropout_p()
+        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, k_summary, beta))
+        bias_grad = rpe is not None and rpe.requires_grad
+        spec = choose(self.kernel, q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
+        seed = int(torch.randint(2**62, (1,)).item()) if dropout > 0 else 0  # torch.manual_seed replays it
+        y, _ = spec.run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=chunk_ok, rpe=rpe,
+                        lengths=lengths, dropout=dropout, seed=seed, scale=self.scale)
+        return y
 
     def _bidirectional(self, q, k, v, lengths):
         B, H, N, d = q.shape
@@ -240,56 +206,15 @@ class EVAAttention(nn.Module):
         k_summary = beta = chunk_ok = None
         if self.chunks is not None:
             k_summary, beta, chunk_ok = self._bidirectional_chunks(q, k, v, lengths)  # B x H x C x d, B x C
-        if w == 0:  # every query sees every chunk
+        if w == 0:  # every query sees every chunk: plain softmax attention over the summaries
             hidden = None if chunk_ok is None else additive_mask(~chunk_ok, q.dtype)[:, None, None, :]
             return self._sdpa(q, k_summary, beta, hidden)
-
         layout = BlockLayout.bidirectional(w, self.overlap)
         nb = math.ceil(N / w)
-        q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
-        grid = self._rpe_grid(layout, q)
-        if self._use_blockwise(q, grid):
+        if nb * w > N:  # queries padded to whole blocks: the keys after N are hidden
+            q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
             lengths = torch.full((B,), N, device=q.device) if lengths is None else lengths
-            out = blockwise_attention(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, self._dropout_p(), self.scale)
-        else:
-            out = self._fused_bidirectional(q, k, v, k_summary, beta, chunk_ok, grid, lengths, layout, N)
-        return out[:, :, :N]
-
-    def _fused_bidirectional(self, q, k, v, k_summary, beta, chunk_ok, grid, lengths, layout, N):
-        """One scaled_dot_product_attention over blocks, keys [block keys ; chunk summaries]."""
-        B, H, Np, d = q.shape
-        nb, width = Np // layout.window, layout.width
-        keys, values = (self._block_keys(t, nb) for t in (k, v))  # B x nb x width x H x d
-        if k_summary is not None:
-            C = k_summary.size(2)
-            keys = torch.cat([keys, k_summary.transpose(1, 2)[:, None].expand(B, nb, C, H, d)], dim=2)
-            values = torch.cat([values, beta.transpose(1, 2)[:, None].expand(B, nb, C, H, d)], dim=2)
-
-        # biases over [block keys ; chunks]: RPE, keys outside the sequence, empty chunks
-        bias = None
-        out_of_sequence = self.overlap or Np > N or lengths is not None
-        if grid is not None or out_of_sequence or chunk_ok is not None:
-            bias = q.new_zeros(1, 1, 1, width) if grid is None else grid[None]
-            if out_of_sequence:
-                key_pos = layout.key_positions(0, nb, q.device)  # nb x width
-                length = N if lengths is None else lengths[:, None, None]
-                outside = ((key_pos < 0) | (key_pos >= length)).expand(B, nb, width)
-                bias = bias.masked_fill(outside.reshape(B * nb, 1, 1, width), lowest(q.dtype))
-            if k_summary is not None:
-                chunks = q.new_zeros(1, 1, 1, C)
-                if chunk_ok is not None:
-                    chunks = additive_mask(~chunk_ok, q.dtype)[:, None].expand(B, nb, C)
-                bias = _cat_last(bias, chunks.reshape(-1, 1, 1, C))
-        out = self._sdpa(_heads(_blocks(q, nb)), _heads(keys), _heads(values), bias)  # (B nb) x H x w x d
-        return out.transpose(1, 2).reshape(B, Np, H, d).transpose(1, 2)
-
-    def _block_keys(self, t, nb):
-        """B x H x (nb w) x d -> B x nb x width x H x d: each block's keys (a view without overlap)."""
-        w = self.window_size
-        t = t.transpose(1, 2)
-        if self.overlap:
-            return F.pad(t, (0, 0, 0, 0, w // 2, w // 2)).unfold(1, 2 * w, w).permute(0, 1, 4, 2, 3)
-        return t.unflatten(1, (nb, w))
+        return self._kernel(layout, q, k, v, k_summary, beta, chunk_ok, lengths)[:, :, :N]
 
     def _bidirectional_chunks(self, q, k, v, lengths):
         """Chunks over each sequence's own L real tokens: C chunks of ceil(L / C), or chunks of chunk_size."""
@@ -309,26 +234,17 @@ class EVAAttention(nn.Module):
         return self.chunks.segmented(q, k, v, chunk_ids, count)
 
     def _causal(self, q, k, v):
-        B, H, N, d = q.shape
+        """Pads (of the batch and of the last block) come after every real query, which sees none of them: the
+        kernel gets no lengths."""
+        N = q.size(2)
         w, s = self.window_size, self.chunk_size
         layout = BlockLayout.causal_blocks(w, self.overlap, s)
         nb = math.ceil(N / w)
-        q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))  # pads come after every real query
+        q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
         k_summary = beta = None
         if s and layout.visible_chunks(nb - 1, nb * w // s) > 0:  # some block sees a chunk
             k_summary, beta = self.chunks.uniform(q, k, v, s)
-        grid = self._rpe_grid(layout, q)
-        if self._use_blockwise(q, grid):
-            lengths = torch.full((B,), nb * w, device=q.device)  # keys after N come after every real query
-            out = blockwise_attention(q, k, v, k_summary, beta, grid, lengths, None, layout, self._dropout_p(), self.scale)
-        else:
-            own_bias = prev_bias = None
-            if grid is not None:
-                own_bias = grid[None, :, :, -w:].masked_fill(layout.after_query(q.device)[:, -w:], lowest(q.dtype))
-                prev_bias = grid[None, :, :, :w] if self.overlap else None
-            out = causal_fused.causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, self.scale,
-                                                self._dropout_p())
-        return out[:, :, :N]
+        return self._kernel(layout, q, k, v, k_summary, beta)[:, :, :N]
 
     # ---------------------------------------------------------------- incremental decoding
 

@@ -25,6 +25,7 @@ from fairseq.utils import safe_getattr
 
 from ..attention import check_options
 from ..attention.chunks import PROPOSALS
+from ..attention.kernels import KERNELS
 from ..errors import UserError
 
 ATTENTION_CHOICES = ("eva", "softmax")
@@ -61,6 +62,7 @@ def eva_bool(value):
 # ------------------------------------------------------------------ command-line options
 
 _PROPOSAL_METAVAR = "{" + ",".join(PROPOSALS) + "}"
+KERNEL_CHOICES = ("auto", *KERNELS)
 # (option, argparse keywords); --eva-decoder-* configure the translation decoder
 _COMMON = (
     ("--eva-window-size", dict(type=int, metavar="INT", help=(
@@ -85,6 +87,9 @@ _COMMON = (
         "exact distances)"))),
     ("--eva-rpe-max-distance", dict(type=int, metavar="INT", help=(
         "EVA: relative distance beyond which all positions share the last bucket"))),
+    ("--eva-kernel", dict(choices=list(KERNEL_CHOICES), metavar="{" + ",".join(KERNEL_CHOICES) + "}", help=(
+        "EVA: the kernel of every EVA self-attention: auto (default: the fastest that takes each call on its "
+        "device) or one pinned by name (an error where it cannot run a call)"))),
 )
 _DECODER = (
     ("--eva-decoder-window-size", dict(type=int, metavar="INT", help=(
@@ -144,6 +149,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
     args.eva_rpe = safe_getattr(args, "eva_rpe", True)
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
     args.eva_rpe_max_distance = safe_getattr(args, "eva_rpe_max_distance", 128)
+    args.eva_kernel = safe_getattr(args, "eva_kernel", "auto")
 
 
 def decoder_defaults(args, window_size, chunk_size, overlap):
@@ -169,6 +175,7 @@ def _attributes(role):
         "rpe_num_buckets": "eva_rpe_num_buckets",
         "rpe_max_distance": "eva_rpe_max_distance",
         "dropout": "attention_dropout",
+        "kernel": "eva_kernel",
         "embed_dim": f"{side}_embed_dim",
         "num_heads": f"{side}_attention_heads",
     }
@@ -201,6 +208,7 @@ class EVAOptions:
     rpe_num_buckets: int
     rpe_max_distance: int
     dropout: float
+    kernel: str
 
     @classmethod
     def from_args(cls, args, role, hydra=False):
@@ -215,6 +223,8 @@ class EVAOptions:
                 value = 0  # causal EVA has chunks of a fixed size
             elif field.name == "dropout" and value is None:
                 value = 0.0
+            elif field.name == "kernel" and value is None:  # (checkpoints from before the option)
+                value = "auto"
             elif value is None:
                 raise EVAOptionError(f"EVA in the {_WHERE[role]} needs {option_name(attributes[field.name], hydra)} "
                                      "(no architecture default set it)")

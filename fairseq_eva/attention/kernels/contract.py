@@ -23,7 +23,7 @@ from typing import Callable, Dict, FrozenSet, Optional, Protocol, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from ..layout import BlockLayout
+from ..layout import BlockLayout, lowest
 
 
 class Kernel(Protocol):
@@ -59,9 +59,13 @@ class KernelSpec:
     bias_grad: bool = True  # gives the RPE table its gradient
     unavailable: Callable[[], Optional[str]] = lambda: None
     summary: str = ""
+    # what depends on the call beyond the fields above (torch's fused CPU kernel takes no dropout, its CUDA one
+    # does): check(q, layout=..., needs_grad=..., dropout=..., bias_grad=...) -> a reason, or None
+    check: Callable[..., Optional[str]] = lambda q, **call: None
 
-    def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool) -> Optional[str]:
-        """Why this kernel cannot compute this call, or None when it can."""
+    def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
+                layout: Optional[BlockLayout] = None) -> Optional[str]:
+        """Why this kernel cannot compute this call, or None when it can (layout None: any layout)."""
         if q.device.type not in self.devices:
             return f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}"
         if q.dtype not in self.dtypes:
@@ -73,13 +77,17 @@ class KernelSpec:
             return "it takes no attention dropout"
         if bias_grad and not self.bias_grad:
             return "it gives no gradient to a trainable relative position bias"
-        return self.unavailable()
+        reason = self.check(q, layout=layout, needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad)
+        return reason if reason is not None else self.unavailable()
 
 
 KERNELS: Dict[str, KernelSpec] = {}
 
 # "auto": the first kernel of the device's list that accepts the call
-AUTO_ORDER: Dict[str, Sequence[str]] = {}
+AUTO_ORDER: Dict[str, Sequence[str]] = {
+    "cpu": ["c_loop", "fused", "blockwise"],  # the C loop is the fastest there, training or not
+    "cuda": ["triton", "fused", "blockwise"],
+}
 
 
 def register(spec: KernelSpec) -> KernelSpec:
@@ -89,10 +97,11 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool) -> KernelSpec:
+def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
+           layout: Optional[BlockLayout] = None) -> KernelSpec:
     """The kernel that computes this call: `name`, or for "auto" the first of AUTO_ORDER[device] that accepts it.
     A named kernel that cannot raises a ValueError that says why."""
-    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad)
+    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
     if name != "auto":
         if name not in KERNELS:
             raise ValueError(f"unknown EVA kernel {name!r}; one of: auto, {', '.join(KERNELS)}")
@@ -109,3 +118,9 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
             return KERNELS[candidate]
         tried.append(f"{candidate}: {reason}")
     raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + "; ".join(tried))
+
+
+def zero_unseen(y: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:
+    """y with the queries that see no key set to 0, as the contract says: their logits are all at lowest(dtype)
+    (the kernels' additive mask), so their lse lies far below any real logit's."""
+    return y.masked_fill((lse < lowest(dtype) / 2)[..., None], 0)

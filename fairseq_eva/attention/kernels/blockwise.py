@@ -13,19 +13,22 @@ logits: the backward recomputes S and P group by group, as FlashAttention does, 
 
 which gives dQ, dK, dV, the chunk summaries' gradients, and the bias gradient: dS of the local keys summed
 over blocks, one value per (head, query offset, key offset) for the caller to map onto its buckets.
-On float32 CPU tensors one compiled C loop does all of it block by block (cpu_kernel.py); elsewhere (CUDA,
-float64, no C compiler) groups of blocks run torch's matrix products and softmax_dropout.py's passes. The
-dropout mask is a function of the seed, the query row and the key, so the backward draws the forward's
-mask again instead of storing it.
+Here groups of blocks run torch's matrix products and softmax_dropout.py's passes; the "c_loop" kernel
+(c_loop/) runs the same autograd function with one compiled C loop for float32 on the CPU. The dropout
+mask is a function of the seed, the query row and the key, so the backward draws the forward's mask again
+instead of storing it.
 """
+
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from . import cpu_kernel, softmax_dropout
-from .layout import additive_mask
+from ..layout import additive_mask
+from . import softmax_dropout
+from .contract import KernelSpec, register, zero_unseen
 
-# logits a group holds at most (heads x queries x keys). CPU (float64, or no C compiler): 4 MiB of float32, so
+# logits a group holds at most (heads x queries x keys). CPU (where the C loop does not run): 4 MiB of float32, so
 # that the passes over a group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a
 # bounded transient memory.
 GROUP_ELEMENTS = {"cpu": 2**20, "cuda": 2**24}
@@ -176,42 +179,61 @@ def _backward_groups(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_o
     return dq, dk[:, :, left : left + N], dv[:, :, left : left + N], d_summary, d_beta, d_bias
 
 
+class Implementation(NamedTuple):
+    """How the blockwise kernel runs its forward and backward: the groups above, or the C loop (c_loop/)."""
+
+    prepare: Callable  # (q, k, v, k_summary, beta) as forward and backward read them
+    forward: Callable  # _forward_groups' arguments -> (Y, lse)
+    backward: Callable  # _backward_groups' arguments -> (dq, dk, dv, d_summary, d_beta, d_bias)
+
+
+GROUPS = Implementation(lambda *tensors: tensors, _forward_groups, _backward_groups)
+
+
 class BlockwiseAttention(torch.autograd.Function):
     """q, k, v: B x H x N x d, N a multiple of the window (a query block never straddles the end);
     k_summary, beta: B x H x C x d or None; grid: the bias of the local keys, H x w x width, or None;
     lengths: B, the real tokens of each row (keys at or after it are hidden); chunk_ok: B x C or None;
-    layout: a layout.BlockLayout. Returns Y, B x H x N x d (a view of B x N x H x d memory).
-    Float32 on the CPU runs cpu_kernel.py's C loop, anything else the groups above."""
+    layout: a layout.BlockLayout. Returns (Y, lse): Y B x H x N x d (a view of B x N x H x d memory), lse
+    B x H x N (no gradient)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed):
+    def forward(ctx, q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout, scale, seed, implementation):
         bias = _local_bias(layout, grid, q.size(1), torch.promote_types(q.dtype, torch.float32), q.device)
-        if cpu_kernel.applies(q):
-            q, k, v, k_summary, beta = cpu_kernel.operands(q, k, v, k_summary, beta)
-            out, lse = cpu_kernel.forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed)
-        else:
-            out, lse = _forward_groups(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed)
+        q, k, v, k_summary, beta = implementation.prepare(q, k, v, k_summary, beta)
+        out, lse = implementation.forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed)
         ctx.save_for_backward(q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse)
-        ctx.layout, ctx.dropout, ctx.scale, ctx.seed = layout, dropout, scale, seed
-        return out
+        ctx.layout, ctx.dropout, ctx.scale, ctx.seed, ctx.implementation = layout, dropout, scale, seed, implementation
+        ctx.mark_non_differentiable(lse)
+        return out, lse
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, grad_lse):
         q, k, v, k_summary, beta, grid, lengths, chunk_ok, lse = ctx.saved_tensors
         bias = _local_bias(ctx.layout, grid, q.size(1), lse.dtype, q.device)
-        run = cpu_kernel.backward if cpu_kernel.applies(q) else _backward_groups
-        *grads, d_bias = run(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, ctx.layout, ctx.dropout, ctx.scale,
-                             ctx.seed, grid is not None and ctx.needs_input_grad[5])
-        return (*grads, None if d_bias is None else d_bias.to(grid.dtype), None, None, None, None, None, None)
+        bias_grad = grid is not None and ctx.needs_input_grad[5]
+        *grads, d_bias = ctx.implementation.backward(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, ctx.layout,
+                                                     ctx.dropout, ctx.scale, ctx.seed, bias_grad)
+        return (*grads, None if d_bias is None else d_bias.to(grid.dtype), None, None, None, None, None, None, None)
 
 
-def blockwise_attention(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, dropout=0.0, scale=None, seed=None):
-    """EVA's joint softmax by blocks (BlockwiseAttention); seed: the dropout seed, drawn from torch's
-    default generator when None (so torch.manual_seed makes a run reproducible)."""
-    if scale is None:
-        scale = q.size(-1) ** -0.5
-    if seed is None:
-        seed = int(torch.randint(2**62, (1,)).item()) if dropout > 0 else 0
+def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, implementation=GROUPS):
+    """The kernel contract (contract.py) by blocks: the RPE table as the grid every block shares."""
+    grid = None if rpe is None else rpe[:, layout.offset_index(q.device)]  # H x w x width
+    if lengths is None:
+        lengths = torch.full((q.size(0),), q.size(2), device=q.device)
     if k_summary is not None:  # one dtype for the matrix products of the backward (autocast is off there)
         k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
-    return BlockwiseAttention.apply(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, float(dropout), scale, seed)
+    y, lse = BlockwiseAttention.apply(q, k, v, k_summary, beta, grid, lengths, chunk_ok, layout, float(dropout), scale, seed,
+                                      implementation)
+    return zero_unseen(y, lse, q.dtype), lse
+
+
+register(KernelSpec(
+    name="blockwise",
+    run=attention,
+    devices=frozenset({"cpu", "cuda"}),
+    dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64}),
+    summary="groups of blocks in torch's products and PyTorch passes, recomputed in the backward: everything, "
+            "any device, linear memory; the fallback",
+))

@@ -11,100 +11,17 @@ The backward runs the kernel's own backward on each part with the joint y and l:
 dS = P (dP - rowsum(dy * y)) of the joint softmax needs nothing else (with dropout too: rowsum(dy * y) is
 rowsum(P * dP) for the dropped dP), and dS summed over blocks is the gradient of the shared bias (RPE).
 
-Two kernels (docs/design.md, "Kernels"):
-- CPU: torch's fused CPU kernel. No dropout, no bias gradient: evaluation, or training with a frozen RPE.
-- CUDA: torch's memory-efficient kernel. It takes attention dropout (its philox state replays the mask in
-  the backward) and returns the gradient of an additive bias: the paper's settings.
-On the CPU each block's summaries are one call (a prefix needs no mask). On CUDA, where one launch per
-block would be hundreds, blocks are grouped into calls of up to GROUP_LOGITS logits, and the staircase of
-the chunks each block sees is an additive mask.
+The parts run on ops.py's kernels (docs/design.md, "Kernels"). On the CPU each block's summaries are one
+call (a prefix needs no mask). On CUDA, where one launch per block would be hundreds, blocks are grouped
+into calls of up to ops.GROUP_LOGITS logits, and the staircase of the chunks each block sees is an additive
+mask.
 """
 
-import math
-
 import torch
-import torch.nn.functional as F
 
-from .layout import additive_mask
-
-# CUDA: queries x summaries of one call of the chunk part. On an H200 (bfloat16, N = 32768, window 128, chunks
-# of 8) 2**24 took 15 ms a layer against 21 ms at 2**22 and 58 ms at 2**20; 2**26 was no faster, with more memory.
-GROUP_LOGITS = 2**24
-
-
-class CPUKernel:
-    """torch's fused CPU kernel: (out, lse) forward, (dq, dk, dv) backward."""
-
-    forward_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    backward_op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    trains_bias_and_dropout = False
-    group_logits = 0  # one call per block for the chunk part
-
-    @classmethod
-    def available(cls, q):
-        return cls.forward_op is not None
-
-    @classmethod
-    def forward(cls, q, k, v, bias, causal, dropout, scale):
-        out, lse = cls.forward_op(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)
-        return out, lse, None
-
-    @classmethod
-    def backward(cls, grad, q, k, v, bias, out, lse, state, causal, dropout, scale, bias_grad):
-        dq, dk, dv = cls.backward_op(grad, q, k, v, out, lse, 0.0, causal, attn_mask=bias, scale=scale)
-        return dq, dk, dv, None
-
-
-class CUDAKernel:
-    """torch's memory-efficient CUDA kernel, with dropout and the bias gradient. Every call gets a bias (the
-    causal mask in it): its rows padded to 16 elements, as the kernel reads them aligned."""
-
-    forward_op = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None)
-    backward_op = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention_backward", None)
-    trains_bias_and_dropout = True
-    group_logits = GROUP_LOGITS
-
-    @classmethod
-    def available(cls, q):
-        return cls.forward_op is not None and q.dtype in (torch.float16, torch.bfloat16, torch.float32) and q.size(-1) % 8 == 0
-
-    @staticmethod
-    def _bias(bias, q, k):
-        """bias (broadcasting to B x H x L x S; None: zeros) as the kernel reads it: q's dtype, rows of a
-        multiple of 16."""
-        S = k.size(-2)
-        bias = q.new_zeros(1, S) if bias is None else bias
-        aligned = bias.new_empty(*bias.shape[:-1], 16 * math.ceil(S / 16), dtype=q.dtype)[..., :S]
-        return aligned.copy_(bias).expand(q.size(0), q.size(1), q.size(2), S)
-
-    @classmethod
-    def forward(cls, q, k, v, bias, causal, dropout, scale):
-        bias = cls._bias(bias, q, k)
-        out, lse, seed, offset = cls.forward_op(q, k, v, bias, True, dropout, False, scale=scale)
-        return out, lse[..., : q.size(-2)], (seed, offset)
-
-    @classmethod
-    def backward(cls, grad, q, k, v, bias, out, lse, state, causal, dropout, scale, bias_grad):
-        L = q.size(-2)
-        lse = F.pad(lse, (0, 32 * math.ceil(L / 32) - L)).contiguous()  # the kernel's own padding of l
-        dq, dk, dv, d_bias = cls.backward_op(grad.contiguous(), q, k, v, cls._bias(bias, q, k), out, lse, *state, dropout,
-                                             [True, True, True, bias_grad], False, scale=scale)
-        return dq, dk, dv, d_bias
-
-
-KERNELS = {"cpu": CPUKernel, "cuda": CUDAKernel}
-
-
-def kernel_for(q):
-    """The fused kernel for q's device and dtype, or None."""
-    kernel = KERNELS.get(q.device.type)
-    return kernel if kernel is not None and kernel.available(q) else None
-
-
-def accepts(q, bias_needs_grad, dropout):
-    """Whether a fused kernel can compute the layer on q's device (with this dropout and bias gradient)."""
-    kernel = kernel_for(q)
-    return kernel is not None and (kernel.trains_bias_and_dropout or (not bias_needs_grad and dropout == 0))
+from ...layout import additive_mask, lowest
+from ..contract import zero_unseen
+from . import ops as fused_ops
 
 
 class _Part:
@@ -151,18 +68,18 @@ def _staircase(layout, b0, b1, K, dtype, device):
     return additive_mask(torch.arange(K, device=device) >= seen[:, None], dtype)
 
 
-def _parts(kernel, k, v, k_summary, beta, own_bias, prev_bias, layout):
+def _parts(ops, k, v, k_summary, beta, own_bias, prev_bias, layout):
     """The parts of the joint softmax; k, v: B x nb x H x w x d."""
     nb, w = k.size(1), layout.window
-    if own_bias is None and kernel.trains_bias_and_dropout:  # this kernel takes the causal mask as a bias
+    if own_bias is None and ops.trains_bias_and_dropout:  # this kernel takes the causal mask as a bias
         own_bias = additive_mask(layout.after_query(k.device)[:, -w:], k.dtype)  # the own block's keys after the query
     yield _Part(slice(0, nb), "own", k.flatten(0, 1), v.flatten(0, 1), own_bias is None, own_bias)
     if layout.overlap and nb > 1:
-        if prev_bias is None and kernel.trains_bias_and_dropout:
+        if prev_bias is None and ops.trains_bias_and_dropout:
             prev_bias = k.new_zeros(w, w)
         yield _Part(slice(1, nb), "previous", k[:, :-1].flatten(0, 1), v[:, :-1].flatten(0, 1), False, prev_bias)
     if k_summary is not None:
-        for b0, b1, K in _chunk_groups(layout, nb, k_summary.size(2), kernel.group_logits):
+        for b0, b1, K in _chunk_groups(layout, nb, k_summary.size(2), ops.group_logits):
             mask = _staircase(layout, b0, b1, K, k.dtype, k.device)
             yield _Part(slice(b0, b1), K, k_summary[:, :, :K], beta[:, :, :K], False, mask)
 
@@ -182,17 +99,17 @@ def _join(out, lse, part_out, part_lse):
 class CausalFused(torch.autograd.Function):
     """q, k, v: B x H x N x d (N a multiple of the window); k_summary, beta: B x H x C x d or None;
     own_bias, prev_bias: additive biases (broadcasting to 1 x H x w x w) or None, own_bias with the causal
-    mask in it. Returns B x H x N x d."""
+    mask in it; ops: ops.py's CPUOps or CUDAOps (or the tests' stand-in). Returns (Y, lse): B x H x N x d and
+    B x H x N (float32 at least, no gradient)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, dropout):
+    def forward(ctx, q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, dropout, ops):
         B, w = q.size(0), layout.window
-        kernel = kernel_for(q)
         qb, kb, vb = (_by_blocks(t, w) for t in (q, k, v))
         out = lse = None
         states = []
-        for part in _parts(kernel, kb, vb, k_summary, beta, own_bias, prev_bias, layout):
-            part_out, part_lse, state = kernel.forward(part.rows(qb), part.k, part.v, part.bias, part.causal, dropout, scale)
+        for part in _parts(ops, kb, vb, k_summary, beta, own_bias, prev_bias, layout):
+            part_out, part_lse, state = ops.forward(part.rows(qb), part.k, part.v, part.bias, part.causal, dropout, scale)
             states.append(state)
             part_out, part_lse = part.blocks_of(part_out, B), part.blocks_of(part_lse, B)
             if out is None:  # B x nb x H x w (x d), at least float32
@@ -202,14 +119,15 @@ class CausalFused(torch.autograd.Function):
                 _join(out[:, part.blocks], lse[:, part.blocks], part_out, part_lse)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, k_summary, beta, own_bias, prev_bias, out, lse)
-        ctx.layout, ctx.scale, ctx.dropout, ctx.states = layout, scale, dropout, states
-        return out.transpose(2, 3).flatten(1, 2).transpose(1, 2)  # B x nb x H x w x d -> B x H x N x d
+        ctx.layout, ctx.scale, ctx.dropout, ctx.states, ctx.ops = layout, scale, dropout, states, ops
+        joint_lse = lse.transpose(1, 2).flatten(2, 3)  # B x nb x H x w -> B x H x N
+        ctx.mark_non_differentiable(joint_lse)
+        return out.transpose(2, 3).flatten(1, 2).transpose(1, 2), joint_lse  # B x nb x H x w x d -> B x H x N x d
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, grad_lse):
         q, k, v, k_summary, beta, own_bias, prev_bias, out, lse = ctx.saved_tensors
         B, w = q.size(0), ctx.layout.window
-        kernel = kernel_for(q)
         qb, kb, vb, grad = (_by_blocks(t, w) for t in (q, k, v, grad))
         dq = dk = dv = None  # B x nb x H x w x d, from the own part (the first)
         d_summary = None if k_summary is None else torch.zeros_like(k_summary)
@@ -217,10 +135,10 @@ class CausalFused(torch.autograd.Function):
         trainable = {"own": own_bias is not None and ctx.needs_input_grad[5],
                      "previous": prev_bias is not None and ctx.needs_input_grad[6]}
         d_bias = {}
-        parts = _parts(kernel, kb, vb, k_summary, beta, own_bias, prev_bias, ctx.layout)
+        parts = _parts(ctx.ops, kb, vb, k_summary, beta, own_bias, prev_bias, ctx.layout)
         for part, state in zip(parts, ctx.states):
             bias_grad = trainable.get(part.keys, False)
-            gq, gk, gv, g_bias = kernel.backward(
+            gq, gk, gv, g_bias = ctx.ops.backward(
                 part.rows(grad), part.rows(qb), part.k, part.v, part.bias, part.rows(out), part.rows(lse).contiguous(),
                 state, part.causal, ctx.dropout, ctx.scale, bias_grad,
             )
@@ -239,15 +157,24 @@ class CausalFused(torch.autograd.Function):
         dq, dk, dv = (g.transpose(2, 3).flatten(1, 2).transpose(1, 2) for g in (dq, dk, dv))
         d_own, d_prev = (d_bias[name].reshape(b.shape).to(b.dtype) if name in d_bias else None
                          for name, b in (("own", own_bias), ("previous", prev_bias)))
-        return dq, dk, dv, d_summary, d_beta, d_own, d_prev, None, None, None
+        return dq, dk, dv, d_summary, d_beta, d_own, d_prev, None, None, None, None
 
 
-def causal_attention(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, dropout=0.0):
-    """Causal EVA by a fused kernel (see the module docstring for what each accepts)."""
-    needs_grad = any(b is not None and b.requires_grad for b in (own_bias, prev_bias))
-    if not accepts(q, needs_grad, dropout):
-        raise ValueError(f"causal_fused: no fused kernel on {q.device.type} takes {q.dtype} tensors, attention dropout "
-                         f"({dropout}) or a bias with gradient here (the CPU kernel takes neither); use blockwise")
+def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, ops=None):
+    """The kernel contract (contract.py) for a causal layout. ops: which fused kernel runs the parts (None: torch's,
+    for q's device). Pads come after every real query in causal EVA, so the layer never passes lengths or
+    chunk_ok, and this kernel takes neither. The seed is unused: the CUDA kernel draws its own mask."""
+    if lengths is not None or chunk_ok is not None:
+        raise ValueError("the fused causal kernel takes no lengths or chunk_ok (pads come after every real query); "
+                         "use the blockwise kernel")
+    ops = ops or fused_ops.OPS[q.device.type]
+    w = layout.window
+    own_bias = prev_bias = None
+    if rpe is not None:
+        grid = rpe[:, layout.offset_index(q.device)].to(q.dtype)  # H x w x width
+        own_bias = grid[None, :, :, -w:].masked_fill(layout.after_query(q.device)[:, -w:], lowest(q.dtype))
+        prev_bias = grid[None, :, :, :w] if layout.overlap else None
     if k_summary is not None:  # one dtype for the kernels (autocast gives float32 summaries)
         k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
-    return CausalFused.apply(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, float(dropout))
+    y, lse = CausalFused.apply(q, k, v, k_summary, beta, own_bias, prev_bias, layout, scale, float(dropout), ops)
+    return zero_unseen(y, lse, q.dtype), lse

@@ -1,27 +1,7 @@
-"""The blockwise kernel on the CPU (float32) as one compiled C loop: per head and block of queries, the matrix
-products (torch's own sgemm) and the softmax passes between them, while the block's logits are in cache.
+/* EVA's blockwise kernel on the CPU (float32): per head and block of queries, the matrix products (torch's
+   own sgemm, passed in as a pointer) and the softmax passes between them, while the block's logits are in
+   cache. What it computes is blockwise.py's, mask for mask; __init__.py calls it through ctypes. */
 
-It computes what blockwise.py computes group by group (the same logits, masks, bias, dropout mask and
-backward formulas; see its docstring) without the Python between the steps, without copying [local keys ;
-summaries] into one tensor (two products write the two column ranges of the logits), and with one block's
-logits at a time (256 x 384 floats in the benchmarks), which stay in the core's cache for the passes. The
-tests check it against the groups, mask for mask. It runs where torch's own library exports `sgemm_` (the
-x86-64 Linux wheels, with MKL inside) and a C compiler is; elsewhere the groups run.
-"""
-
-import ctypes
-import hashlib
-import os
-import platform
-import subprocess
-import tempfile
-import warnings
-
-import torch
-
-from . import softmax_dropout
-
-C_SOURCE = r"""
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -178,14 +158,21 @@ static inline int64_t row_id(const eva_layer *L, const block *t, int64_t i) {
     return (t->b * L->H + t->h) * L->N + t->blk * L->w + i;
 }
 
-void eva_forward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
-                 float *out, float *lse) {
+/* Returns 0, or -1 where a thread could not allocate its buffers (then nothing was computed). */
+int eva_forward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                float *out, float *lse) {
     int64_t hd = L->H * L->d, w = L->w, keys_max = L->width + L->C;
+    int failed = 0;
     #pragma omp parallel num_threads(L->threads)
     {
     float *S = malloc(w * keys_max * sizeof *S);
     uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
-    if (!S || !buffer) abort();
+    if (!S || !buffer) {
+        #pragma omp atomic write
+        failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed)
     #pragma omp for collapse(3) schedule(static)
     for (int64_t h = 0; h < L->H; h++)
         for (int64_t b = 0; b < L->B; b++)
@@ -205,17 +192,25 @@ void eva_forward(const eva_layer *L, const float *q, const float *k, const float
     free(S);
     free(buffer);
     }
+    return failed ? -1 : 0;
 }
 
-/* dk, dv, dks, dbeta, dbias are accumulated into (zeros from the caller); dq is written. */
-void eva_backward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
-                  const float *dy, const float *lse, float *dq, float *dk, float *dv, float *dks, float *dbeta, float *dbias) {
+/* dk, dv, dks, dbeta, dbias are accumulated into (zeros from the caller); dq is written. Returns 0, or -1 where a
+   thread could not allocate its buffers. */
+int eva_backward(const eva_layer *L, const float *q, const float *k, const float *v, const float *ks, const float *beta,
+                 const float *dy, const float *lse, float *dq, float *dk, float *dv, float *dks, float *dbeta, float *dbias) {
     int64_t hd = L->H * L->d, w = L->w, width = L->width, keys_max = width + L->C;
+    int failed = 0;
     #pragma omp parallel num_threads(L->threads)
     {
     float *S = malloc(w * keys_max * sizeof *S), *dP = malloc(w * keys_max * sizeof *dP), *P = malloc(keys_max * sizeof *P);
     uint16_t *buffer = malloc((keys_max + 2) * sizeof *buffer);
-    if (!S || !dP || !P || !buffer) abort();
+    if (!S || !dP || !P || !buffer) {
+        #pragma omp atomic write
+        failed = 1;
+    }
+    #pragma omp barrier
+    if (!failed)
     #pragma omp for schedule(static)  /* heads in parallel: the rows of one head share its dbias */
     for (int64_t h = 0; h < L->H; h++)
         for (int64_t b = 0; b < L->B; b++)
@@ -251,143 +246,19 @@ void eva_backward(const eva_layer *L, const float *q, const float *k, const floa
     free(P);
     free(buffer);
     }
+    return failed ? -1 : 0;
 }
-"""
 
-
-class _Layer(ctypes.Structure):
-    """eva_layer of the C source."""
-
-    _fields_ = [(name, ctypes.c_int64) for name in ("B", "H", "N", "d", "w", "offset", "width", "C")] + [
-        (name, ctypes.c_void_p) for name in ("chunks_seen", "lengths", "chunk_ok", "bias")] + [
-        ("scale", ctypes.c_float), ("keep", ctypes.c_float)] + [
-        (name, ctypes.c_uint32) for name in ("threshold", "s0", "s1")] + [
-        ("threads", ctypes.c_int), ("sgemm", ctypes.c_void_p)]
-
-
-def _sgemm():
-    """The address of the sgemm torch's own library exports (its MKL in the x86-64 Linux wheels), or None."""
-    folder = os.path.join(os.path.dirname(torch.__file__), "lib")
-    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            fn = getattr(ctypes.CDLL(path), "sgemm_", None)
-            if fn is not None:
-                return ctypes.cast(fn, ctypes.c_void_p).value
-    return None
-
-
-def _cpu_signature():
-    """What -march=native depends on: a cache folder shared by different machines keeps one build each."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return platform.machine() + flags
-
-
-def _compile():
-    """The C loop as a shared library, compiled once per source and CPU into the user's cache folder; None
-    where it cannot be built (no C compiler)."""
-    digest = hashlib.sha1((C_SOURCE + _cpu_signature()).encode()).hexdigest()[:12]
-    folder = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "fairseq_eva")
-    path = os.path.join(folder, f"cpu_kernel_{digest}.so")
-    try:
-        if not os.path.exists(path):
-            os.makedirs(folder, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                source, library = os.path.join(tmp, "kernel.c"), os.path.join(tmp, "kernel.so")
-                with open(source, "w") as f:
-                    f.write(C_SOURCE)
-                cc = os.environ.get("CC", "cc")
-                subprocess.run([cc, "-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared",
-                                "-fPIC", source, "-o", library, "-lm"], check=True, capture_output=True)
-                os.replace(library, path)  # atomic: processes compiling at once each leave a whole file
-        return ctypes.CDLL(path)
-    except (OSError, subprocess.CalledProcessError) as e:
-        detail = getattr(e, "stderr", b"") or b""
-        warnings.warn(f"fairseq_eva: the CPU kernel could not be built ({e}); running blockwise.py's groups instead "
-                      f"(slower). {detail.decode()[-500:]}")
-        return None
-
-
-_library = None
-
-
-def library():
-    """(the compiled kernel, sgemm's address), or None where either is missing: then blockwise.py's groups run."""
-    global _library
-    if _library is None:
-        _library = False
-        sgemm = None if os.environ.get("FAIRSEQ_EVA_NO_C") else _sgemm()
-        lib = sgemm and _compile()
-        if lib:
-            ptr = ctypes.c_void_p
-            lib.eva_forward.argtypes = [ptr] * 8
-            lib.eva_backward.argtypes = [ptr] * 14
-            _library = (lib, sgemm)
-    return _library or None
-
-
-def applies(q):
-    """Whether the C loop computes q's layer: float32 on the CPU, where it built."""
-    return q.device.type == "cpu" and q.dtype == torch.float32 and library() is not None
-
-
-def _ptr(t):
-    return None if t is None else ctypes.c_void_p(t.data_ptr())
-
-
-class _Call:
-    """The layer's description for the C loop, and the tensors it points into (kept alive with it)."""
-
-    def __init__(self, q, k_summary, grid_bias, lengths, chunk_ok, layout, dropout, scale, seed):
-        B, H, N, d = q.shape
-        C = 0 if k_summary is None else k_summary.size(2)
-        nb = N // layout.window
-        self.keep_alive = [
-            torch.tensor([layout.visible_chunks(b, C) for b in range(nb)], dtype=torch.int64),
-            lengths.to(torch.int64).contiguous(),
-            None if chunk_ok is None else chunk_ok.to(torch.uint8).contiguous(),
-            None if grid_bias is None else grid_bias.contiguous(),
-        ]
-        s0, s1 = softmax_dropout.seed_words(seed)
-        self.layer = _Layer(B, H, N, d, layout.window, layout.offset, layout.width, C,
-                            *(_ptr(t) for t in self.keep_alive), scale, softmax_dropout.keep_scale(dropout),
-                            softmax_dropout.threshold(dropout), s0, s1, torch.get_num_threads(), library()[1])
-
-
-def _token_major(t):
-    """t (B x H x N x d) as a view of contiguous B x N x H x d memory (a copy if it is not one)."""
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
-
-
-def operands(q, k, v, k_summary, beta):
-    """q, k, v token-major and the summaries contiguous, as the C loop reads them (views where they are)."""
-    return (*map(_token_major, (q, k, v)), *(None if t is None else t.contiguous() for t in (k_summary, beta)))
-
-
-def forward(q, k, v, k_summary, beta, bias, lengths, chunk_ok, layout, dropout, scale, seed):
-    """(Y, lse): Y B x H x N x d (token-major), lse B x H x N. q, k, v token-major; k_summary, beta contiguous."""
-    B, H, N, d = q.shape
-    call = _Call(q, k_summary, bias, lengths, chunk_ok, layout, dropout, scale, seed)
-    out = q.new_empty(B, N, H, d).transpose(1, 2)
-    lse = q.new_empty(B, H, N)
-    library()[0].eva_forward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, out, lse)))
-    return out, lse
-
-
-def backward(grad, q, k, v, k_summary, beta, bias, lse, lengths, chunk_ok, layout, dropout, scale, seed, bias_grad):
-    """(dq, dk, dv, d_summary, d_beta, d_bias); grad token-major (a copy if not)."""
-    B, H, N, d = q.shape
-    call = _Call(q, k_summary, bias, lengths, chunk_ok, layout, dropout, scale, seed)
-    grad = _token_major(grad)
-    dq = q.new_empty(B, N, H, d).transpose(1, 2)
-    dk, dv = (q.new_zeros(B, N, H, d).transpose(1, 2) for _ in range(2))
-    d_summary = None if k_summary is None else torch.zeros_like(k_summary)
-    d_beta = None if beta is None else torch.zeros_like(beta)
-    d_bias = q.new_zeros(bias.shape) if bias_grad else None
-    library()[0].eva_backward(ctypes.byref(call.layer), *map(_ptr, (q, k, v, k_summary, beta, grad, lse, dq, dk, dv, d_summary,
-                                                                    d_beta, d_bias)))
-    return dq, dk, dv, d_summary, d_beta, d_bias
+/* The build's check that the BLAS takes 32-bit integers (an ILP64 one would read 64 bits for each and run on
+   sizes that are not there, corrupting memory): the integer arguments of a 2 x 2 product sit in the low half
+   of 64-bit slots, m's with a high half of 1, so that a 32-bit BLAS reads 2 for every one and a 64-bit one reads
+   m = 2^32 + 2 with leading dimensions of 2, which it refuses (or miscomputes). Returns 1 where the product is
+   right. Run in a child process at build time: a BLAS that aborts on bad arguments takes only the child down. */
+int eva_check_sgemm(sgemm_fn sgemm) {
+    int32_t m[2] = {2, 1}, n[2] = {2, 0};  /* little-endian: the low half first */
+    const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, one = 1.0f, zero = 0.0f;
+    float c[4] = {0, 0, 0, 0};
+    sgemm("N", "N", m, n, n, &one, a, n, b, n, &zero, c, n);
+    /* column-major: A = [1 3; 2 4], B = [5 7; 6 8], AB = [23 31; 34 46] */
+    return c[0] == 23.0f && c[1] == 34.0f && c[2] == 31.0f && c[3] == 46.0f;
+}

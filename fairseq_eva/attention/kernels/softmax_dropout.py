@@ -14,7 +14,7 @@ Z the dropout mask (0 or scale). Backward, given the logits S again, dP = dY V^T
     d_bias += dS over blocks.
 
 (rowsum(P * Z * dP) is rowsum(dY * Y), but taking it from Y would keep Y alive until this backward.)
-These passes run wherever cpu_kernel.py's C loop does not (CUDA, float64, no C compiler); where both run
+These passes are the "blockwise" kernel's; the "c_loop" kernel (c_loop/) does them in C; where both run
 they agree mask for mask, which the tests check.
 
 Dropout masks are a function of (seed, query row, key): on the CPU a counter-based hash (the C loop's, so
