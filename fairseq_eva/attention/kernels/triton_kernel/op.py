@@ -1,0 +1,84 @@
+"""The Triton kernel as a torch custom op with a fake (for torch.compile) and an autograd formula.
+
+The layout travels as plain ints (window, offset, width, causal, overlap, chunks_per_block) so that the op's
+schema holds nothing but tensors and scalars. block_m / block_n (0: the defaults below) choose the tiling;
+they change neither the output nor the dropout mask, which the tests check.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+# Tiles for head dim 64 on a GPU: the FlashAttention-2 Triton forward's 128 x 64 with 4 warps, and 64 x 64 for
+# the backward programs, which hold more tiles at once. A query tile never spans two blocks: it is cut down to
+# the window (16 at least, the smallest tl.dot on a GPU).
+FORWARD_TILE = (128, 64)
+BACKWARD_TILE = (64, 64)
+NUM_WARPS = 4
+MIN_DOT = 16
+
+
+def _pow2(x):
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def _query_tile(block_m, window, interpreted):
+    return min(block_m, _pow2(window) if interpreted else max(MIN_DOT, _pow2(window)))
+
+
+def _strides(t):
+    """(batch, head, position) strides of a B x H x L x d tensor whose last dim is contiguous."""
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _last_contiguous(t):
+    return t if t is None or t.stride(-1) == 1 else t.contiguous()
+
+
+def _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths):
+    """Pointers (dummies for absent inputs, which the constexpr flags switch off) and their strides."""
+    B, H, N, d = q.shape
+    C = 0 if k_summary is None else k_summary.size(2)
+    ks = q if k_summary is None else k_summary
+    bt = q if beta is None else beta
+    ok = q if chunk_ok is None else chunk_ok.to(torch.int8).contiguous()
+    table = q if rpe is None else rpe.contiguous()
+    return (ks, bt, ok, table), _strides(ks) + _strides(bt), C
+
+
+def lengths_or(lengths, B, N, device):
+    return torch.full((B,), N, dtype=torch.int32, device=device) if lengths is None else lengths.to(device=device, dtype=torch.int32)
+
+
+def _interpreted():
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, width, causal, overlap, chunks_per_block,
+            dropout, seed, scale, block_m=0, block_n=0):
+    """(y, lse): y B x H x N x d in q's dtype (a view of B x N x H x d memory), lse B x H x N float32."""
+    import triton
+
+    from .forward import eva_forward
+    from .tiles import LOG2E
+
+    q, k, v, k_summary, beta = (_last_contiguous(t) for t in (q, k, v, k_summary, beta))
+    B, H, N, d = q.shape
+    (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
+    y = q.new_empty(B, N, H, d).transpose(1, 2)
+    lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
+    bm = _query_tile(block_m or FORWARD_TILE[0], window, _interpreted())
+    bn = block_n or FORWARD_TILE[1]
+    grid = (N // window * triton.cdiv(window, bm), B * H)
+    eva_forward[grid](
+        q, k, v, ks, bt, ok, table, lengths_or(lengths, B, N, q.device), y, lse,
+        *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y),
+        H, N, C, d, seed, float(dropout), scale * LOG2E,
+        WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block,
+        NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(MIN_DOT, _pow2(d)), num_warps=NUM_WARPS,
+    )
+    return y, lse
