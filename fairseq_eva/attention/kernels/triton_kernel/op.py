@@ -82,3 +82,82 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, wi
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(MIN_DOT, _pow2(d)), num_warps=NUM_WARPS,
     )
     return y, lse
+
+
+# the backward's partial sums (d k~ and d beta; the bias gradient) are split over this many programs at most
+PROGRAMS = 512
+
+
+def _splits(tasks, programs):
+    return max(1, min(tasks, PROGRAMS // max(1, programs)))
+
+
+def table_gradient(d_grid, window, width):
+    """H x w x width (query i, local column j) -> H x (w + width - 1), summed by offset j - i + w - 1.
+    Row i is shifted right by w - 1 - i through a reshape (the relative-shift trick): no scatter, no atomics."""
+    H = d_grid.size(0)
+    flipped = d_grid.flip(1)  # row r = w - 1 - i must move right by r
+    padded = torch.nn.functional.pad(flipped, (0, window)).flatten(1)  # H x w (width + w)
+    skewed = padded[:, : window * (width + window - 1)].view(H, window, width + window - 1)
+    return skewed.sum(1)
+
+
+def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, window, offset, width, causal, overlap,
+             chunks_per_block, dropout, seed, scale, rpe_grad, block_m=0, block_n=0):
+    """(dq, dk, dv, d k~, d beta, d rpe): the last three None where absent (d rpe also when not rpe_grad)."""
+    import triton
+
+    from .backward import eva_backward_dgrid, eva_backward_dkdv, eva_backward_dq, eva_backward_dsummary
+    from .tiles import LOG2E
+
+    q, k, v, k_summary, beta, grad, y = (_last_contiguous(t) for t in (q, k, v, k_summary, beta, grad, y))
+    q, k, v = (t if torch.empty_like(t).stride() == t.stride() else t.contiguous() for t in (q, k, v))
+    B, H, N, d = q.shape
+    (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
+    lengths = lengths_or(lengths, B, N, q.device)
+    bm = _query_tile(block_m or BACKWARD_TILE[0], window, _interpreted())
+    bn = block_n or BACKWARD_TILE[1]
+    bd = max(MIN_DOT, _pow2(d))
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))  # the strides of q, k, v, which the programs write with
+    delta = torch.empty_like(lse)
+    flags = dict(WINDOW=window, WIDTH=width, CAUSAL=causal, DROPOUT=dropout > 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
+                 num_warps=NUM_WARPS)
+    common = (H, N)
+    drop = (seed, float(dropout))
+    eva_backward_dq[(N // window * triton.cdiv(window, bm), B * H)](
+        q, k, v, ks, bt, ok, table, lengths, y, grad, lse, delta, dq,
+        *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad),
+        *common, C, d, *drop, scale, scale * LOG2E,
+        OFFSET=offset, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, NUM_OFFSETS=window + width - 1,
+        HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, **flags,
+    )
+    eva_backward_dkdv[(triton.cdiv(N, bn), B * H)](
+        q, k, v, table, lengths, grad, lse, delta, dk, dv,
+        *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
+        *common, d, *drop, scale, scale * LOG2E,
+        OFFSET=offset, NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, **flags,
+    )
+    d_summary = d_beta = d_rpe = None
+    if C:
+        tiles = triton.cdiv(C, bn)
+        splits = _splits(N // window, tiles * B * H)
+        partial = torch.empty(2, splits, B, H, C, d, dtype=torch.float32, device=q.device)
+        eva_backward_dsummary[(tiles, B * H, splits)](
+            q, ks, bt, ok, grad, lse, delta, partial[0], partial[1],
+            *_strides(q), *summary_strides, *_strides(grad),
+            B, *common, C, d, *drop, scale, scale * LOG2E,
+            OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, HAS_OK=chunk_ok is not None, **flags,
+        )
+        d_summary, d_beta = partial.sum(1).to(k_summary.dtype).unbind(0)
+    if rpe is not None and rpe_grad:
+        tiles = triton.cdiv(window, bm) * triton.cdiv(width, bn)
+        splits = _splits(B * (N // window), tiles * H)
+        d_grid = torch.empty(splits, H, window, width, dtype=torch.float32, device=q.device)
+        eva_backward_dgrid[(tiles, H, splits)](
+            q, k, v, table, lengths, grad, lse, delta, d_grid,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
+            B, *common, d, *drop, scale * LOG2E,
+            OFFSET=offset, NUM_OFFSETS=window + width - 1, **flags,
+        )
+        d_rpe = table_gradient(d_grid.sum(0), window, width).to(rpe.dtype)
+    return dq, dk, dv, d_summary, d_beta, d_rpe
