@@ -46,7 +46,8 @@ def eva_forward(
     row = bh.to(tl.int64) * N + n  # the dropout row
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
-    q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=query_ok[:, None] & d_ok[None, :], other=0.0)
+    rows_mask = query_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=rows_mask, other=0.0)
     length = tl.load(LENGTHS + b)
     rpe = RPE + h * NUM_OFFSETS
 
@@ -100,5 +101,5 @@ def eva_forward(
     if DROPOUT:
         y = y / (1.0 - p_drop)
     lse = tl.where(seen_any, (m_i + tl.log2(tl.where(seen_any, l_i, 1.0))) * LN2, 0.0)  # 0: a query that sees nothing
-    tl.store(Y + b * syb + h * syh + n[:, None] * syn + dd[None, :], y.to(Y.dtype.element_ty), mask=query_ok[:, None] & d_ok[None, :])
+    tl.store(Y + b * syb + h * syh + n[:, None] * syn + dd[None, :], y.to(Y.dtype.element_ty), mask=rows_mask)
     tl.store(LSE + bh.to(tl.int64) * N + n, lse, mask=query_ok)

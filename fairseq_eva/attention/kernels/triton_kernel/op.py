@@ -48,7 +48,10 @@ def _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths):
 
 
 def lengths_or(lengths, B, N, device):
-    return torch.full((B,), N, dtype=torch.int32, device=device) if lengths is None else lengths.to(device=device, dtype=torch.int32)
+    """The rows' lengths as int32 (all N when None)."""
+    if lengths is None:
+        return torch.full((B,), N, dtype=torch.int32, device=device)
+    return lengths.to(device=device, dtype=torch.int32)
 
 
 def _interpreted():
@@ -82,6 +85,16 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, wi
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(MIN_DOT, _pow2(d)), num_warps=NUM_WARPS,
     )
     return y, lse
+
+
+def dropout_keep_mask(rows, keys, dropout, seed, device):
+    """rows x keys bool: the dropout mask the kernel draws for query rows (b H + h) N + n and keys (local column j,
+    then width + c). Each program draws it on its own; this is for checking them against a replay."""
+    from .tiles import dropout_mask
+
+    out = torch.empty(rows, keys, dtype=torch.int8, device=device)
+    dropout_mask[(rows,)](out, seed, float(dropout), keys, BLOCK=_pow2(keys))
+    return out.bool()
 
 
 # the backward's partial sums (d k~ and d beta; the bias gradient) are split over this many programs at most
@@ -141,14 +154,14 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
     if C:
         tiles = triton.cdiv(C, bn)
         splits = _splits(N // window, tiles * B * H)
-        partial = torch.empty(2, splits, B, H, C, d, dtype=torch.float32, device=q.device)
+        partial = [torch.empty(splits, B, H, C, d, dtype=torch.float32, device=q.device) for _ in range(2)]
         eva_backward_dsummary[(tiles, B * H, splits)](
             q, ks, bt, ok, grad, lse, delta, partial[0], partial[1],
             *_strides(q), *summary_strides, *_strides(grad),
             B, *common, C, d, *drop, scale, scale * LOG2E,
             OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, HAS_OK=chunk_ok is not None, **flags,
         )
-        d_summary, d_beta = partial.sum(1).to(k_summary.dtype).unbind(0)
+        d_summary, d_beta = (t.sum(0).to(k_summary.dtype) for t in partial)
     if rpe is not None and rpe_grad:
         tiles = triton.cdiv(window, bm) * triton.cdiv(width, bn)
         splits = _splits(B * (N // window), tiles * H)
@@ -161,3 +174,81 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
         )
         d_rpe = table_gradient(d_grid.sum(0), window, width).to(rpe.dtype)
     return dq, dk, dv, d_summary, d_beta, d_rpe
+
+
+@torch.library.custom_op("fairseq_eva::triton_attention", mutates_args=())
+def attention_op(
+    q: Tensor, k: Tensor, v: Tensor, k_summary: Optional[Tensor], beta: Optional[Tensor], chunk_ok: Optional[Tensor],
+    rpe: Optional[Tensor], lengths: Optional[Tensor], window: int, offset: int, width: int, causal: bool, overlap: bool,
+    chunks_per_block: int, dropout: float, seed: int, scale: float, block_m: int, block_n: int,
+) -> Tuple[Tensor, Tensor]:
+    return forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, width, causal, overlap, chunks_per_block,
+                   dropout, seed, scale, block_m, block_n)
+
+
+@attention_op.register_fake
+def _(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, width, causal, overlap, chunks_per_block, dropout,
+      seed, scale, block_m, block_n):
+    B, H, N, d = q.shape
+    return q.new_empty(B, N, H, d).transpose(1, 2), q.new_empty(B, H, N, dtype=torch.float32)
+
+
+@torch.library.custom_op("fairseq_eva::triton_attention_backward", mutates_args=())
+def attention_backward_op(
+    grad: Tensor, q: Tensor, k: Tensor, v: Tensor, k_summary: Optional[Tensor], beta: Optional[Tensor],
+    chunk_ok: Optional[Tensor], rpe: Optional[Tensor], lengths: Optional[Tensor], y: Tensor, lse: Tensor, window: int,
+    offset: int, width: int, causal: bool, overlap: bool, chunks_per_block: int, dropout: float, seed: int, scale: float,
+    rpe_grad: bool, block_m: int, block_n: int,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, d k~, d beta, d rpe); an absent gradient is an empty tensor (a custom op returns no None)."""
+    grads = backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, window, offset, width, causal, overlap,
+                     chunks_per_block, dropout, seed, scale, rpe_grad, block_m, block_n)
+    return tuple(q.new_empty(0) if g is None else g for g in grads)
+
+
+@attention_backward_op.register_fake
+def _(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, window, offset, width, causal, overlap,
+      chunks_per_block, dropout, seed, scale, rpe_grad, block_m, block_n):
+    summaries = [q.new_empty(0)] * 2 if k_summary is None else [torch.empty_like(k_summary), torch.empty_like(beta)]
+    d_rpe = torch.empty_like(rpe) if rpe is not None and rpe_grad else q.new_empty(0)
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), *summaries, d_rpe)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, k_summary, beta, chunk_ok, rpe, lengths, *layout = inputs
+    ctx.save_for_backward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, *output)
+    ctx.layout = layout  # window ... block_n, the op's scalars
+
+
+def _backward(ctx, grad, grad_lse):
+    """lse is not differentiable (its gradient is ignored): the layer uses only y."""
+    q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse = ctx.saved_tensors
+    *layout, block_m, block_n = ctx.layout
+    grads = attention_backward_op(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, *layout,
+                                  rpe is not None and ctx.needs_input_grad[6], block_m, block_n)
+    present = (True, True, True, k_summary is not None, beta is not None, rpe is not None and ctx.needs_input_grad[6])
+    dq, dk, dv, d_summary, d_beta, d_rpe = (g if keep else None for g, keep in zip(grads, present))
+    return (dq, dk, dv, d_summary, d_beta, None, d_rpe, None, *[None] * len(ctx.layout))  # the op's inputs' order
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def triton_attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, block_m=0, block_n=0):
+    """The contract (contract.py) on the Triton kernel; block_m, block_n choose the tiling (0: the defaults)."""
+    N = q.size(2)
+    if N % layout.window:
+        raise ValueError(f"the Triton kernel needs the length ({N}) to be a multiple of the window ({layout.window})")
+    if layout.offset > 0:
+        raise ValueError(f"the Triton kernel takes local keys that start at or before their block (offset {layout.offset})")
+    if rpe is not None and tuple(rpe.shape) != (q.size(1), layout.num_offsets):
+        raise ValueError(f"the RPE table must be heads x {layout.num_offsets} (layout.num_offsets), not {tuple(rpe.shape)}")
+    k, v = k.to(q.dtype), v.to(q.dtype)
+    if k_summary is not None:  # autocast: one dtype for the matrix products
+        k_summary, beta = k_summary.to(q.dtype), beta.to(q.dtype)
+    if lengths is not None:
+        lengths = lengths.to(device=q.device, dtype=torch.int32)
+    y, lse = attention_op(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, layout.window, layout.offset, layout.width,
+                          layout.causal, layout.overlap, layout.chunks_per_block, float(dropout), int(seed), float(scale),
+                          block_m, block_n)
+    return y, lse.detach()

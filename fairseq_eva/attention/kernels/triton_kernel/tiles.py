@@ -33,3 +33,11 @@ def dropout_keep(seed, row, key, p):
     """The keep mask of (query row, key index), row = (b H + h) N + n, key = local column j or width + c:
     Philox on the counter (key, row), so any tiling draws the same mask."""
     return tl.rand(seed, (row.to(tl.int64) << 32) + key.to(tl.int64)) >= p
+
+
+@triton.jit
+def dropout_mask(OUT, seed, p, KEYS, BLOCK: tl.constexpr):
+    """The keep mask itself, a row of keys per program (for tests that replay the kernel's dropout)."""
+    row = tl.program_id(0)
+    key = tl.arange(0, BLOCK)
+    tl.store(OUT + row.to(tl.int64) * KEYS + key, dropout_keep(seed, row, key, p).to(tl.int8), mask=key < KEYS)
