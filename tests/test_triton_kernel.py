@@ -253,3 +253,21 @@ def test_custom_op_fake_and_autograd_registration():
     args = (x["q"], x["k"], x["v"], x["k_summary"], x["beta"], None, x["rpe"], lengths, layout.window, layout.offset,
             layout.width, layout.causal, layout.overlap, layout.chunks_per_block, 0.2, 5, D**-0.5, 4, 4)
     torch.library.opcheck(op.attention_op, args)
+
+
+def test_torch_compile_traces_it_in_one_graph():
+    """A model using the kernel compiles without graph breaks (fullgraph) and gives eager's loss and gradients."""
+    layout = LAYOUTS["causal_overlap"]
+    inputs = {n: t.detach().float().to(DEVICE).requires_grad_()
+              for n, t in make_inputs(layout, batch=1, heads=2, length=8, chunks=2).items()}
+
+    def loss(q, k, v, k_summary, beta, rpe):
+        y, _ = KERNELS["triton"].run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=None, rpe=rpe,
+                                     lengths=None, dropout=0.2, seed=3, scale=D**-0.5)
+        return (y * y).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    eager, traced = loss(**inputs), compiled(**inputs)
+    torch.testing.assert_close(traced, eager)
+    for a, b in zip(torch.autograd.grad(traced, list(inputs.values())), torch.autograd.grad(eager, list(inputs.values()))):
+        torch.testing.assert_close(a, b)
