@@ -54,7 +54,7 @@ def eva_backward_dq(
     block = tl.program_id(0) // TILES
     first_query = (tl.program_id(0) % TILES) * BLOCK_M
     bh = tl.program_id(1)
-    b = bh // H
+    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
     i = first_query + tl.arange(0, BLOCK_M)
     query_ok = i < WINDOW
@@ -125,7 +125,7 @@ def eva_backward_dkdv(
 ):
     first = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
-    b = bh // H
+    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
     m = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
@@ -182,7 +182,7 @@ def eva_backward_dsummary(
     bh = tl.program_id(1)
     split = tl.program_id(2)
     splits = tl.num_programs(2)
-    b = bh // H
+    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
     c = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
@@ -242,7 +242,7 @@ def eva_backward_dgrid(
     blocks = N // WINDOW
     dgrid = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for task in range(split, B * blocks, splits):  # every (batch row, block) once over the splits
-        b = task // blocks
+        b = (task // blocks).to(tl.int64)
         block = task % blocks
         bh = b * H + h
         n = block * WINDOW + i

@@ -38,7 +38,7 @@ def eva_forward(
     block = tl.program_id(0) // TILES
     first_query = (tl.program_id(0) % TILES) * BLOCK_M
     bh = tl.program_id(1)
-    b = bh // H
+    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
     i = first_query + tl.arange(0, BLOCK_M)  # block-relative query index
     query_ok = i < WINDOW

@@ -5,15 +5,18 @@ schema holds nothing but tensors and scalars. block_m / block_n (0: the defaults
 they change neither the output nor the dropout mask, which the tests check.
 """
 
+import os
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-# Tiles for head dim 64 on a GPU: the FlashAttention-2 Triton forward's 128 x 64 with 4 warps, and 64 x 64 for
-# the backward programs, which hold more tiles at once. A query tile never spans two blocks: it is cut down to
-# the window (16 at least, the smallest tl.dot on a GPU).
+# Tiles for head dim 64 on a GPU: the FlashAttention-2 Triton forward's 128 x 64 with 4 warps (64 x 64 for float32,
+# whose 128-row forward needs 192 KiB of shared memory on sm_90, more than an A100 has), and 64 x 64 for the
+# backward programs, which hold more tiles at once. A query tile never spans two blocks: it is cut down to the
+# window (16 at least, the smallest tl.dot on a GPU).
 FORWARD_TILE = (128, 64)
+FORWARD_TILE_FP32 = (64, 64)
 BACKWARD_TILE = (64, 64)
 NUM_WARPS = 4
 MIN_DOT = 16
@@ -47,7 +50,7 @@ def _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths):
     return (ks, bt, ok, table), _strides(ks) + _strides(bt), C
 
 
-def lengths_or(lengths, B, N, device):
+def _lengths(lengths, B, N, device):
     """The rows' lengths as int32 (all N when None)."""
     if lengths is None:
         return torch.full((B,), N, dtype=torch.int32, device=device)
@@ -55,8 +58,6 @@ def lengths_or(lengths, B, N, device):
 
 
 def _interpreted():
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -73,13 +74,14 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, wi
     (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
     y = q.new_empty(B, N, H, d).transpose(1, 2)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
-    bm = _query_tile(block_m or FORWARD_TILE[0], window, _interpreted())
-    bn = block_n or FORWARD_TILE[1]
+    tile = FORWARD_TILE_FP32 if q.dtype == torch.float32 else FORWARD_TILE
+    bm = _query_tile(block_m or tile[0], window, _interpreted())
+    bn = block_n or tile[1]
     grid = (N // window * triton.cdiv(window, bm), B * H)
     eva_forward[grid](
-        q, k, v, ks, bt, ok, table, lengths_or(lengths, B, N, q.device), y, lse,
+        q, k, v, ks, bt, ok, table, _lengths(lengths, B, N, q.device), y, lse,
         *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y),
-        H, N, C, d, seed, float(dropout), scale * LOG2E,
+        H, N, C, d, seed, float(dropout), scale * LOG2E.value,
         WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block,
         NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(MIN_DOT, _pow2(d)), num_warps=NUM_WARPS,
@@ -105,6 +107,14 @@ def _splits(tasks, programs):
     return max(1, min(tasks, PROGRAMS // max(1, programs)))
 
 
+def _with_gradient(t):
+    """(t, its gradient's buffer) with the same strides: the programs write a gradient with its input's strides."""
+    grad = torch.empty_like(t)
+    if grad.stride() != t.stride():  # t overlaps or has gaps: empty_like made a contiguous tensor
+        t = t.contiguous()
+    return t, grad
+
+
 def table_gradient(d_grid, window, width):
     """H x w x width (query i, local column j) -> H x (w + width - 1), summed by offset j - i + w - 1.
     Row i is shifted right by w - 1 - i through a reshape (the relative-shift trick): no scatter, no atomics."""
@@ -124,14 +134,13 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
     from .tiles import LOG2E
 
     q, k, v, k_summary, beta, grad, y = (_last_contiguous(t) for t in (q, k, v, k_summary, beta, grad, y))
-    q, k, v = (t if torch.empty_like(t).stride() == t.stride() else t.contiguous() for t in (q, k, v))
     B, H, N, d = q.shape
     (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
-    lengths = lengths_or(lengths, B, N, q.device)
+    lengths = _lengths(lengths, B, N, q.device)
     bm = _query_tile(block_m or BACKWARD_TILE[0], window, _interpreted())
     bn = block_n or BACKWARD_TILE[1]
     bd = max(MIN_DOT, _pow2(d))
-    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))  # the strides of q, k, v, which the programs write with
+    (q, dq), (k, dk), (v, dv) = (_with_gradient(t) for t in (q, k, v))
     delta = torch.empty_like(lse)
     flags = dict(WINDOW=window, WIDTH=width, CAUSAL=causal, DROPOUT=dropout > 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
                  num_warps=NUM_WARPS)
@@ -140,14 +149,14 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
     eva_backward_dq[(N // window * triton.cdiv(window, bm), B * H)](
         q, k, v, ks, bt, ok, table, lengths, y, grad, lse, delta, dq,
         *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad),
-        *common, C, d, *drop, scale, scale * LOG2E,
+        *common, C, d, *drop, scale, scale * LOG2E.value,
         OFFSET=offset, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, NUM_OFFSETS=window + width - 1,
         HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, **flags,
     )
     eva_backward_dkdv[(triton.cdiv(N, bn), B * H)](
         q, k, v, table, lengths, grad, lse, delta, dk, dv,
         *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
-        *common, d, *drop, scale, scale * LOG2E,
+        *common, d, *drop, scale, scale * LOG2E.value,
         OFFSET=offset, NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, **flags,
     )
     d_summary = d_beta = d_rpe = None
@@ -158,7 +167,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
         eva_backward_dsummary[(tiles, B * H, splits)](
             q, ks, bt, ok, grad, lse, delta, partial[0], partial[1],
             *_strides(q), *summary_strides, *_strides(grad),
-            B, *common, C, d, *drop, scale, scale * LOG2E,
+            B, *common, C, d, *drop, scale, scale * LOG2E.value,
             OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, HAS_OK=chunk_ok is not None, **flags,
         )
         d_summary, d_beta = (t.sum(0).to(k_summary.dtype) for t in partial)
@@ -169,7 +178,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
         eva_backward_dgrid[(tiles, H, splits)](
             q, k, v, table, lengths, grad, lse, delta, d_grid,
             *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
-            B, *common, d, *drop, scale * LOG2E,
+            B, *common, d, *drop, scale * LOG2E.value,
             OFFSET=offset, NUM_OFFSETS=window + width - 1, **flags,
         )
         d_rpe = table_gradient(d_grid.sum(0), window, width).to(rpe.dtype)

@@ -4,8 +4,8 @@ and the dropout mask, so that the forward and the four backward programs cannot 
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634  # logits are kept in base 2: exp2(s log2 e) = exp(s)
-LN2 = 0.6931471805599453
+LOG2E = tl.constexpr(1.4426950408889634)  # logits are kept in base 2: exp2(s log2 e) = exp(s)
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
