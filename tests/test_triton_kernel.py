@@ -1,6 +1,11 @@
 """The Triton kernel against the reference kernel in float64: on the CPU under Triton's interpreter (tests/conftest.py
 sets TRITON_INTERPRET=1 where there is no GPU), tiny shapes, float32 inside the kernel."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -271,3 +276,16 @@ def test_torch_compile_traces_it_in_one_graph():
     torch.testing.assert_close(traced, eager)
     for a, b in zip(torch.autograd.grad(traced, list(inputs.values())), torch.autograd.grad(eager, list(inputs.values()))):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.slow
+def test_programs_compile_for_sm90_and_sm80():
+    """The interpreter accepts more than the GPU compiler (it read a plain global float): compile every program
+    for sm_90 and sm_80 with Triton's own ptxas, no GPU needed (tests/triton_compile_check.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1])
+    for arch in ("90", "80"):
+        run = subprocess.run([sys.executable, str(Path(__file__).with_name("triton_compile_check.py")), arch], env=env,
+                             capture_output=True, text=True, timeout=1800)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.count(f"sm_{arch} ") == 3 * 3 * 5  # layouts x dtypes x programs

@@ -26,7 +26,7 @@ def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _query_tile(block_m, window, interpreted):
+def _query_rows(block_m, window, interpreted):
     return min(block_m, _pow2(window) if interpreted else max(MIN_DOT, _pow2(window)))
 
 
@@ -75,7 +75,7 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, wi
     y = q.new_empty(B, N, H, d).transpose(1, 2)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     tile = FORWARD_TILE_FP32 if q.dtype == torch.float32 else FORWARD_TILE
-    bm = _query_tile(block_m or tile[0], window, _interpreted())
+    bm = _query_rows(block_m or tile[0], window, _interpreted())
     bn = block_n or tile[1]
     grid = (N // window * triton.cdiv(window, bm), B * H)
     eva_forward[grid](
@@ -137,7 +137,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
     B, H, N, d = q.shape
     (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
     lengths = _lengths(lengths, B, N, q.device)
-    bm = _query_tile(block_m or BACKWARD_TILE[0], window, _interpreted())
+    bm = _query_rows(block_m or BACKWARD_TILE[0], window, _interpreted())
     bn = block_n or BACKWARD_TILE[1]
     bd = max(MIN_DOT, _pow2(d))
     (q, dq), (k, dk), (v, dv) = (_with_gradient(t) for t in (q, k, v))
