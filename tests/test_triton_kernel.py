@@ -250,14 +250,22 @@ def test_float16_inputs_with_float32_summaries():
 
 
 def test_custom_op_fake_and_autograd_registration():
-    """torch.library.opcheck: the schema, the fake (what torch.compile traces with) and the autograd registration."""
+    """torch.library.opcheck of the forward and backward ops: the schema, the fakes (what torch.compile traces with:
+    shapes, dtypes and strides) and the autograd registration."""
     layout = LAYOUTS["causal_overlap"]
-    inputs = make_inputs(layout, batch=1, heads=1, length=8, chunks=2)
-    x = {n: t.detach().float().to(DEVICE).requires_grad_() for n, t in inputs.items()}
+    inputs = make_inputs(layout, batch=1, heads=2, length=8, chunks=2)
+    # strided as the layer passes them: q, k, v, the summaries views of B x L x H x d memory; the table a transpose
+    x = {n: t.detach().float().to(DEVICE).transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+         for n, t in inputs.items() if n != "rpe"}
+    x["rpe"] = inputs["rpe"].detach().float().to(DEVICE).t().contiguous().t().requires_grad_()
     lengths = torch.tensor([7], dtype=torch.int32, device=DEVICE)
     args = (x["q"], x["k"], x["v"], x["k_summary"], x["beta"], None, x["rpe"], lengths, layout.window, layout.offset,
             layout.width, layout.causal, layout.overlap, layout.chunks_per_block, 0.2, 5, D**-0.5, 4, 4)
     torch.library.opcheck(op.attention_op, args)
+    y, lse = op.attention_op(*args)
+    plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in args]
+    backward_args = (torch.randn_like(y), *plain[:8], y.detach(), lse, *plain[8:-2], True, 4, 4)
+    torch.library.opcheck(op.attention_backward_op, backward_args, test_utils=("test_schema", "test_faketensor"))  # no autograd
 
 
 def test_torch_compile_traces_it_in_one_graph():

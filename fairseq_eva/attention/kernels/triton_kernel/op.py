@@ -218,8 +218,9 @@ def attention_backward_op(
 @attention_backward_op.register_fake
 def _(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, window, offset, width, causal, overlap,
       chunks_per_block, dropout, seed, scale, rpe_grad, block_m, block_n):
-    summaries = [q.new_empty(0)] * 2 if k_summary is None else [torch.empty_like(k_summary), torch.empty_like(beta)]
-    d_rpe = torch.empty_like(rpe) if rpe is not None and rpe_grad else q.new_empty(0)
+    # contiguous, as the real op's sums over partials are
+    summaries = [q.new_empty(0)] * 2 if k_summary is None else [k_summary.new_empty(k_summary.shape) for _ in range(2)]
+    d_rpe = rpe.new_empty(rpe.shape) if rpe is not None and rpe_grad else q.new_empty(0)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), *summaries, d_rpe)
 
 
