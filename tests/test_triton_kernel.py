@@ -230,23 +230,30 @@ def test_bad_rpe_table_is_refused():
         run_triton(layout, inputs)
 
 
-def test_float16_inputs_with_float32_summaries():
-    """float16 q, k, v with float32 summaries (as autocast leaves them): float32 softmax, gradients in each input's
-    dtype, close to the float64 reference at float16's precision."""
+# Triton 3.9's interpreter multiplies bfloat16 matrices wrongly (tl.dot of a bfloat16 identity gives 2.6e8 on the
+# diagonal), so bfloat16 is checked on a GPU only
+BF16 = pytest.mark.skipif(DEVICE != "cuda", reason="the Triton interpreter's tl.dot is wrong for bfloat16")
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 1e-2), pytest.param(torch.bfloat16, 6e-2, marks=BF16)],
+                         ids=["float16", "bfloat16"])
+def test_half_inputs_with_float32_summaries(dtype, tol):
+    """float16 / bfloat16 q, k, v with float32 summaries (as autocast leaves them): float32 softmax, gradients in
+    each input's dtype, close to the float64 reference at the input's precision."""
     layout = LAYOUTS["causal_overlap"]
     inputs = make_inputs(layout)
     y0, _ = reference_attention(layout=layout, **inputs, chunk_ok=None, lengths=None, dropout=0.0, seed=0, scale=D**-0.5)
-    leaves = {n: t.detach().to(DEVICE, torch.float16 if n in ("q", "k", "v") else torch.float32).requires_grad_()
+    leaves = {n: t.detach().to(DEVICE, dtype if n in ("q", "k", "v") else torch.float32).requires_grad_()
               for n, t in inputs.items()}
     y, lse = KERNELS["triton"].run(layout=layout, **leaves, chunk_ok=None, lengths=None, dropout=0.0, seed=0, scale=D**-0.5)
-    assert y.dtype == torch.float16 and lse.dtype == torch.float32
-    check(y, y0, 1e-2)
+    assert y.dtype == dtype and lse.dtype == torch.float32
+    check(y, y0, tol)
     grad = torch.randn_like(y0)
     expected = torch.autograd.grad(y0, list(inputs.values()), grad)
-    got = torch.autograd.grad(y, list(leaves.values()), grad.to(DEVICE, torch.float16))
+    got = torch.autograd.grad(y, list(leaves.values()), grad.to(DEVICE, dtype))
     for name, g, e, leaf in zip(NAMES, got, expected, leaves.values()):
         assert g.dtype == leaf.dtype, name
-        check(g, e, 3e-2)
+        check(g, e, 3 * tol)
 
 
 def test_custom_op_fake_and_autograd_registration():

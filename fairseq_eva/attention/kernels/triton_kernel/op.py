@@ -13,8 +13,7 @@ from torch import Tensor
 
 # Tiles for head dim 64 on a GPU: the FlashAttention-2 Triton forward's 128 x 64 with 4 warps (64 x 64 for float32,
 # whose 128-row forward needs 192 KiB of shared memory on sm_90, more than an A100 has), and 64 x 64 for the
-# backward programs, which hold more tiles at once. A query tile never spans two blocks: it is cut down to the
-# window (16 at least, the smallest tl.dot on a GPU).
+# backward programs, which hold more tiles at once. A query tile never spans two blocks (see _tiles).
 FORWARD_TILE = (128, 64)
 FORWARD_TILE_FP32 = (64, 64)
 BACKWARD_TILE = (64, 64)
@@ -26,8 +25,11 @@ def _pow2(x):
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _query_rows(block_m, window, interpreted):
-    return min(block_m, _pow2(window) if interpreted else max(MIN_DOT, _pow2(window)))
+def _tiles(block_m, block_n, window):
+    """(query rows, keys) of a tile: a query tile is cut down to the window; on a GPU both are 16 at least (the
+    smallest tl.dot), under the interpreter any power of two (the tests' tiny tilings)."""
+    smallest = 1 if os.environ.get("TRITON_INTERPRET") == "1" else MIN_DOT
+    return max(smallest, min(block_m, _pow2(window))), max(smallest, block_n)
 
 
 def _strides(t):
@@ -57,10 +59,6 @@ def _lengths(lengths, B, N, device):
     return lengths.to(device=device, dtype=torch.int32)
 
 
-def _interpreted():
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, width, causal, overlap, chunks_per_block,
             dropout, seed, scale, block_m=0, block_n=0):
     """(y, lse): y B x H x N x d in q's dtype (a view of B x N x H x d memory), lse B x H x N float32."""
@@ -75,8 +73,7 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, window, offset, wi
     y = q.new_empty(B, N, H, d).transpose(1, 2)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     tile = FORWARD_TILE_FP32 if q.dtype == torch.float32 else FORWARD_TILE
-    bm = _query_rows(block_m or tile[0], window, _interpreted())
-    bn = block_n or tile[1]
+    bm, bn = _tiles(block_m or tile[0], block_n or tile[1], window)
     grid = (N // window * triton.cdiv(window, bm), B * H)
     eva_forward[grid](
         q, k, v, ks, bt, ok, table, _lengths(lengths, B, N, q.device), y, lse,
@@ -137,8 +134,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, y, lse, win
     B, H, N, d = q.shape
     (ks, bt, ok, table), summary_strides, C = _launch_args(q, k, v, k_summary, beta, chunk_ok, rpe, lengths)
     lengths = _lengths(lengths, B, N, q.device)
-    bm = _query_rows(block_m or BACKWARD_TILE[0], window, _interpreted())
-    bn = block_n or BACKWARD_TILE[1]
+    bm, bn = _tiles(block_m or BACKWARD_TILE[0], block_n or BACKWARD_TILE[1], window)
     bd = max(MIN_DOT, _pow2(d))
     (q, dq), (k, dk), (v, dv) = (_with_gradient(t) for t in (q, k, v))
     delta = torch.empty_like(lse)
