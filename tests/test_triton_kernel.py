@@ -58,8 +58,8 @@ def gradients(y, leaves, grad):
     return {n: g.double().cpu() for n, g in zip(present, got)}
 
 
-def check(got, expected, tol=1e-5):
-    torch.testing.assert_close(got.double().cpu(), expected.double(), rtol=tol, atol=tol)
+def check(got, expected, tol=1e-5, what="y"):
+    torch.testing.assert_close(got.double().cpu(), expected.double(), rtol=tol, atol=tol, msg=lambda m: f"{what}: {m}")
 
 
 def compare(layout, inputs, chunk_ok=None, lengths=None, tiles=(4, 4)):
@@ -69,7 +69,7 @@ def compare(layout, inputs, chunk_ok=None, lengths=None, tiles=(4, 4)):
     y, lse, leaves = run_triton(layout, inputs, chunk_ok=chunk_ok, lengths=lengths, tiles=tiles)
     check(y, y0)
     seen = lse0.isfinite()
-    check(lse[seen], lse0[seen])
+    check(lse[seen], lse0[seen], what="lse")
     assert lse.isfinite().all()
     grad = torch.randn_like(y0)
     expected = dict(zip([n for n, t in inputs.items() if t is not None],
@@ -77,7 +77,7 @@ def compare(layout, inputs, chunk_ok=None, lengths=None, tiles=(4, 4)):
     got = gradients(y, leaves, grad)
     assert got.keys() == expected.keys()
     for name in expected:
-        check(got[name], expected[name]), name
+        check(got[name], expected[name], what=f"d {name}")
     return y, got
 
 
@@ -175,7 +175,7 @@ def test_dropout_forward_and_backward_replay_the_mask(name):
     expected = dict(zip(NAMES, torch.autograd.grad(y0, list(inputs.values()), grad)))
     got = gradients(y, leaves, grad)
     for name in NAMES:
-        check(got[name], expected[name]), name
+        check(got[name], expected[name], what=f"d {name}")
 
 
 def test_dropout_same_seed_same_output_and_tiling_does_not_change_it():
@@ -191,7 +191,7 @@ def test_dropout_same_seed_same_output_and_tiling_does_not_change_it():
     grad = torch.randn_like(y1)
     got1, got4 = gradients(y1, leaves1, grad), gradients(y4, leaves4, grad)
     for name in NAMES:
-        check(got4[name], got1[name]), name
+        check(got4[name], got1[name], what=f"d {name}")
 
 
 def test_dropout_is_unbiased():
@@ -253,7 +253,7 @@ def test_half_inputs_with_float32_summaries(dtype, tol):
     got = torch.autograd.grad(y, list(leaves.values()), grad.to(DEVICE, dtype))
     for name, g, e, leaf in zip(NAMES, got, expected, leaves.values()):
         assert g.dtype == leaf.dtype, name
-        check(g, e, 3 * tol)
+        check(g, e, 3 * tol, what=f"d {name}")
 
 
 def test_custom_op_fake_and_autograd_registration():
