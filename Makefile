@@ -28,7 +28,12 @@ $(VENV)/.installed: setup.py requirements.txt Makefile
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Triton for the Triton kernel's tests (run under its interpreter without a GPU); `make setup` does not need it.
+# Installed only where none is: a CUDA torch brings its own, which must stay.
+TRITON = triton==3.9.0
+
 test: setup lint
+	$(PY) -c "import triton" 2>/dev/null || $(PY) -m pip install -q $(TRITON)
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-slow: setup

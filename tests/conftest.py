@@ -1,5 +1,7 @@
 """Fixtures shared by the test modules."""
 
+import os
+
 import pytest
 import torch
 
@@ -12,3 +14,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The Triton kernel runs on the CPU under Triton's interpreter (tests/test_triton_kernel.py). Set before triton or
+# fairseq_eva is imported: the kernel registers the CPU as a device only then.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -1,0 +1,49 @@
+"""EVA's joint softmax as one fused Triton kernel, forward and backward (registered as "triton").
+
+Launch grid and what each program does (B rows, H heads, N positions, w the window, C summaries):
+
+- forward (forward.py), grid (N / w * ceil(w / BLOCK_M), B H): a tile of BLOCK_M queries of one block runs an
+  online softmax over tiles of BLOCK_N keys, first its local keys (RPE added, hidden keys masked), then the
+  summaries the block sees (a staircase prefix when causal), and writes y and lse.
+- backward (backward.py), four launches:
+  dQ, the forward's grid: delta = rowsum(dY * Y), stored, and dQ over the same keys;
+  dK and dV, grid (N / BLOCK_N, B H): a key tile loops over the query blocks whose local keys hold it;
+  d k~ and d beta, grid (C / BLOCK_N, B H, splits): a summary tile loops over the blocks that see it, the
+  blocks split round-robin into partial sums that torch adds (no float atomics anywhere);
+  the RPE gradient, grid (w / BLOCK_M * width / BLOCK_N, H, splits), only when the table needs one: dS summed
+  over rows and blocks for each (query, local column), mapped onto the table's offsets by op.table_gradient.
+Dropout draws tl.rand(seed, (row << 32) + key), row = (b H + h) N + n, key = the local column j or width + c,
+in the forward and again in every backward program: no mask is stored and the tiling does not change it.
+
+Triton is imported only when the kernel runs: this package imports without it. It runs on CUDA, and on the CPU
+under Triton's interpreter (TRITON_INTERPRET=1, for the tests).
+"""
+
+import functools
+import os
+
+import torch
+
+from ..contract import KernelSpec, register
+from .op import triton_attention
+
+
+@functools.lru_cache(maxsize=None)
+def _unavailable():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed"
+    return None
+
+
+TRITON = register(KernelSpec(
+    name="triton",
+    run=triton_attention,
+    devices=frozenset({"cuda"} | ({"cpu"} if os.environ.get("TRITON_INTERPRET") == "1" else set())),
+    dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}),
+    dropout=True,
+    bias_grad=True,
+    unavailable=_unavailable,
+    summary="one fused Triton kernel, forward and backward (FlashAttention-2 style); CUDA, or the CPU interpreted",
+))

@@ -1,0 +1,43 @@
+"""The pieces every program of the Triton kernel shares: which keys a tile of queries sees, its logits (base 2),
+and the dropout mask, so that the forward and the four backward programs cannot disagree on them."""
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)  # logits are kept in base 2: exp2(s log2 e) = exp(s)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def visible_chunks(block, C, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr, CHUNKS_PER_BLOCK: tl.constexpr):
+    """How many chunk summaries block `block` sees (layout.visible_chunks): all, or the causal staircase."""
+    if CAUSAL:
+        return tl.minimum(C, tl.maximum(block - OVERLAP, 0) * CHUNKS_PER_BLOCK)
+    else:
+        return C
+
+
+@triton.jit
+def local_logits(qk, i, j, rpe_ptr, scale_log2, WINDOW: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr):
+    """Base-2 logits of query rows i (block-relative) against local columns j: scale q.k plus rpe[j - i + w - 1].
+    i and j are broadcast already (BM x 1 and 1 x BN, or the transpose)."""
+    s = qk * scale_log2
+    if HAS_RPE:
+        index = tl.minimum(tl.maximum(j - i + WINDOW - 1, 0), NUM_OFFSETS - 1)  # hidden keys may lie outside the table
+        s += tl.load(rpe_ptr + index).to(tl.float32) * LOG2E
+    return s
+
+
+@triton.jit
+def dropout_keep(seed, row, key, p):
+    """The keep mask of (query row, key index), row = (b H + h) N + n, key = local column j or width + c:
+    Philox on the counter (key, row), so any tiling draws the same mask."""
+    return tl.rand(seed, (row.to(tl.int64) << 32) + key.to(tl.int64)) >= p
+
+
+@triton.jit
+def dropout_mask(OUT, seed, p, KEYS, BLOCK: tl.constexpr):
+    """The keep mask itself, a row of keys per program (for tests that replay the kernel's dropout)."""
+    row = tl.program_id(0)
+    key = tl.arange(0, BLOCK)
+    tl.store(OUT + row.to(tl.int64) * KEYS + key, dropout_keep(seed, row, key, p).to(tl.int8), mask=key < KEYS)
