@@ -1,6 +1,7 @@
 """The Triton kernel against the reference kernel in float64: on the CPU under Triton's interpreter (tests/conftest.py
 sets TRITON_INTERPRET=1 where there is no GPU), tiny shapes, float32 inside the kernel."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -8,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from eva_helpers import fixed_noise, inputs, make
 
 from fairseq_eva.attention.kernels import KERNELS, choose
 from fairseq_eva.attention.kernels.reference import reference_attention, visible_keys
 from fairseq_eva.attention.layout import BlockLayout
+from fairseq_eva.attention.reference import reference_eva
 
 triton = pytest.importorskip("triton")
 from fairseq_eva.attention.kernels.triton_kernel import op  # noqa: E402
@@ -304,3 +307,33 @@ def test_programs_compile_for_sm90_and_sm80():
                              capture_output=True, text=True, timeout=1800)
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.count(f"sm_{arch} ") == 3 * 3 * 5  # layouts x dtypes x programs
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
+    ids=["bidirectional", "causal"],
+)
+def test_the_layer_on_triton_matches_the_definition(options, monkeypatch):
+    """Through the public option, EVAAttention(kernel="triton"): a float32 layer in training with a trainable RPE,
+    a left-padded batch (bidirectional), against the per-query layer definition in float64: the output and the
+    gradients of the input and of every parameter (projections, sigma, the RPE table)."""
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    reference = make(train=True, use_rpe=True, **options)  # float64
+    layer = copy.deepcopy(reference).float()
+    layer.kernel = "triton"
+    Lmax = 13
+    lengths = [Lmax, Lmax if options.get("causal") else 9]  # causal rows unpadded (pads come after them)
+    x = inputs(2, Lmax, requires_grad=True)
+    pad = torch.arange(Lmax)[None, :] < torch.tensor([Lmax - L for L in lengths])[:, None]  # left padding
+    weights = torch.randn(2, Lmax, 16, dtype=torch.float64).masked_fill(pad[..., None], 0)
+    y = layer(x.float(), key_padding_mask=pad if pad.any() else None)
+    grads = torch.autograd.grad((y * weights.float()).sum(), [x, *layer.parameters()])
+    noise = lambda c: fixed_noise((2, c + 1, 8))[:, c]  # noqa: E731
+    expected = [reference_eva(reference, row[Lmax - L:], noise=noise) for row, L in zip(x, lengths)]
+    loss = sum((e * w[Lmax - L:]).sum() for e, w, L in zip(expected, weights, lengths))
+    expected_grads = torch.autograd.grad(loss, [x, *reference.parameters()])
+    for row, (e, L) in enumerate(zip(expected, lengths)):
+        torch.testing.assert_close(y[row, Lmax - L:].double(), e, atol=1e-5, rtol=1e-4)
+    for (name, _), g, e in zip([("input", x), *reference.named_parameters()], grads, expected_grads):
+        torch.testing.assert_close(g.double(), e, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
