@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -173,6 +174,10 @@ def test_cli_help_and_error_exit():
     script = os.path.join(ROOT, "scripts", "average_checkpoints.py")
     r = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--num-epoch-checkpoints" in r.stdout
+    # the examples read as shell commands: a long one continues with a backslash, not with a run of spaces
+    examples = re.sub(r" \\\n\s*", " ", r.stdout).splitlines()
+    examples = [line.strip() for line in examples if line.strip().startswith("python scripts/average_checkpoints.py")]
+    assert len(examples) == 3 and all("  " not in line for line in examples), examples
     r = subprocess.run([sys.executable, script, "--inputs", "/nonexistent.pt", "--output", "/tmp/x.pt"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "no checkpoint /nonexistent.pt" in r.stderr
