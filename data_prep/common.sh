@@ -1,4 +1,10 @@
 # Shared helpers of the data_prep scripts (sourced, not run).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then  # run by itself: say what it is
+    usage="usage: source data_prep/common.sh (from a script): the helpers that data_prep/prepare_*.sh are
+sourced with; it does nothing by itself. Run one of those with --help."
+    if [[ ${1:-} == -h || ${1:-} == --help ]]; then echo "$usage"; exit 0; fi
+    echo "$usage" >&2; exit 1
+fi
 PYTHON=${PYTHON:-python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 

@@ -229,6 +229,8 @@ def test_prepare_wmt14_local_archives(tmp_path):
 
 
 def test_prepare_scripts_help_and_errors(tmp_path):
+    r = run(["bash", "data_prep/common.sh", "--help"])  # sourced by the scripts: run alone, it says so
+    assert r.stdout.startswith("usage:") and "sourced" in r.stdout
     for script in ("prepare_wmt14_en_de.sh", "prepare_wikitext103.sh", "prepare_mlm.sh"):
         r = run(["bash", f"data_prep/{script}", "--help"])
         assert r.stdout.startswith("usage:") and "--raw DIR" in r.stdout
