@@ -126,8 +126,9 @@ def test_refuses_other_architecture(tmp_path):
         avg.average_checkpoints([a, str(tmp_path / "b.pt")])
 
 
-@pytest.mark.parametrize("content", [b"hello\n", b"", torch.zeros(3)], ids=["text", "empty", "a tensor"])
-def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content):
+@pytest.mark.parametrize("content, says", [(b"hello\n", "is not a fairseq checkpoint ("), (b"", "is empty (0 bytes)"),
+                                           (torch.zeros(3), "is not a fairseq checkpoint (")], ids=["text", "empty", "a tensor"])
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content, says):
     a = eva_checkpoint(tmp_path / "a.pt", 8, 2)
     other = tmp_path / "notes.pt"
     if isinstance(content, bytes):
@@ -136,7 +137,7 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content):
         torch.save(content, other)
     assert avg.main(["--inputs", a, str(other), "--output", str(tmp_path / "o.pt")]) == 1
     err = capsys.readouterr().err
-    assert f"error: {other} is not a fairseq checkpoint (" in err
+    assert f"error: {other} {says}" in err
     assert "weights_only=False" not in err and "`weights_only` set to `False`" not in err
 
 
