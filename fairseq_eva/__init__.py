@@ -5,8 +5,8 @@ the package also registers the models and architectures with fairseq and the few
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
 (see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`), copy
-checkpoints atomically (see `checkpoint_safety`) and leave no empty --save-dir after a failed run (see
-`save_dir`).
+checkpoints atomically (see `checkpoint_safety`), leave no empty --save-dir after a failed run (see
+`save_dir`) and go on counting `wall` after a resume within an epoch (see `wall_clock`).
 """
 
 import importlib.util
@@ -16,8 +16,8 @@ from .attention import EVAAttention  # noqa: F401
 if importlib.util.find_spec("fairseq") is not None:
     # on import: checkpoint_safety registers the safe globals, models the models and architectures,
     # batching makes fairseq keep the last batch of an evaluation set, save_dir removes the empty --save-dir
-    # of a failed run
-    from . import batching, checkpoint_safety, models, save_dir  # noqa: F401
+    # of a failed run, wall_clock keeps the log's `wall` counting after a resume
+    from . import batching, checkpoint_safety, models, save_dir, wall_clock  # noqa: F401
     from .errors import report_user_errors
 
     checkpoint_safety.make_copies_atomic()
