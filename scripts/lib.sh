@@ -43,6 +43,17 @@ config_value() {
 print(OmegaConf.select(OmegaConf.load(sys.argv[1]), sys.argv[2]))' "$file" "$2"
 }
 
+# log_progress LOG: how far the job writing LOG is: the epoch and update of fairseq's last training record
+# (train_inner, valid with its loss, or the epoch's train summary), else its last "==>" step, else "starting"
+log_progress() {
+    local line
+    line=$(grep -E '\]\[(train_inner|valid|train)\]' "$1" 2>/dev/null | tail -n 1 | sed -nE \
+        -e 's/.*"epoch": ([0-9]+).*"valid_loss": "([^"]+)".*"valid_num_updates": "([0-9]+)".*/epoch \1, update \3, valid loss \2/p' -e t \
+        -e 's/.*"epoch": ([0-9]+).*"(train_)?num_updates": "([0-9]+)".*/epoch \1, update \3/p')
+    [[ -n $line ]] || line=$(grep -E '^==>' "$1" 2>/dev/null | tail -n 1)
+    echo "${line:-starting}"
+}
+
 # ceil_div A B
 ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
 
