@@ -61,7 +61,7 @@ done
 
 START=$SECONDS
 STAGE="" STAGE_START=$SECONDS TIMES=()  # where the time goes: each stage's duration, printed at the end
-stage_done() { [[ -z $STAGE ]] || TIMES+=("$(printf '  %-44s %5d s' "$STAGE" $((SECONDS - STAGE_START)))"); }
+stage_done() { [[ -z $STAGE ]] || TIMES+=("$(printf '  %-52s %5d s' "$STAGE" $((SECONDS - STAGE_START)))"); }
 banner() {
     stage_done
     STAGE="[$1] ${3:-$2}" STAGE_START=$SECONDS
@@ -110,20 +110,28 @@ run_quiet "$OUT/logs/prep_lm.log" env WORK="$OUT/work/lm" DEST="$OUT/data-bin/lm
 follow "$OUT/logs/prep_lm.log"
 
 PROGRESS=${DEMO_PROGRESS:-15}
-declare -A JOBS GOALS  # name -> pid, name -> what it does and how far it goes
+declare -A JOBS GOALS BEGUN  # name -> pid, what it does and how far it goes, when it started
 job() {  # job NAME GOAL CMD...: run in the background, output in logs/NAME.log
     local name=$1 goal=$2; shift 2
     echo "  started $name: $goal"
     run_quiet "$OUT/logs/$name.log" "$@" &
     JOBS[$name]=$!
     GOALS[$name]=$goal
+    BEGUN[$name]=$SECONDS
 }
 declare -A SHOWN SINCE SAID  # name -> the progress line last printed, since when it holds, when it was printed
 wait_jobs() {  # wait for the jobs; every PROGRESS seconds, a line for each running job whose progress changed
     local name failed=0 ticks=0 running now
     while :; do
         running=()
-        for name in "${!JOBS[@]}"; do kill -0 "${JOBS[$name]}" 2>/dev/null && running+=("$name"); done
+        for name in "${!JOBS[@]}"; do
+            if kill -0 "${JOBS[$name]}" 2>/dev/null; then
+                running+=("$name")
+            elif [[ -n ${BEGUN[$name]:-} ]]; then  # just ended: how long it took (which job the stage waits for)
+                echo "  [+$((SECONDS - START)) s] $name: ended after $((SECONDS - BEGUN[$name])) s"
+                unset "BEGUN[$name]"
+            fi
+        done
         ((${#running[@]})) || break
         if ((ticks > 0 && ticks % PROGRESS == 0)); then
             for name in "${running[@]}"; do
