@@ -1,10 +1,31 @@
 # Shared helpers of the data_prep scripts (sourced, not run).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then  # run by itself: say what it is
+    usage="usage: source data_prep/common.sh (from a script): the helpers that data_prep/prepare_*.sh are
+sourced with; it does nothing by itself. Run one of those with --help."
+    if [[ ${1:-} == -h || ${1:-} == --help ]]; then echo "$usage"; exit 0; fi
+    echo "$usage" >&2; exit 1
+fi
 PYTHON=${PYTHON:-python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() { echo "error: $*" >&2; exit 1; }
 step() { echo; echo "==> $*"; }
-need_file() { local f; for f in "$@"; do [[ -s $f ]] || die "missing input file $f"; done; }
+# need_file FILE...: each file is there and not empty
+need_file() {
+    local f
+    for f in "$@"; do
+        [[ -e $f ]] || die "missing input file $f"
+        [[ -s $f ]] || die "input file $f is empty (0 bytes)"
+    done
+}
+# need_text FILE...: each file holds text, not only blank lines (which would give an empty vocabulary)
+need_text() {
+    local f
+    for f in "$@"; do
+        need_file "$f"
+        grep -q '[^[:space:]]' "$f" || die "input file $f holds only blank lines"
+    done
+}
 need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
 
 # fetch DIR URL[#sha256=HEX]...: resumable, verified downloads (data_prep/fetch.py)

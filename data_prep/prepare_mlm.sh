@@ -47,8 +47,8 @@ while (($#)); do
 done
 [[ -n $RAW ]] || { usage >&2; die "--raw DIR is required"; }
 need_cmd fairseq-preprocess
-need_file "$RAW/train.txt" "$RAW/valid.txt"
-splits=(train valid); [[ -s $RAW/test.txt ]] && splits+=(test)
+splits=(train valid); [[ -e $RAW/test.txt ]] && splits+=(test)
+for split in "${splits[@]}"; do need_text "$RAW/$split.txt"; done
 mkdir -p "$WORK"
 
 case $BPE in

@@ -38,6 +38,13 @@ while (($#)); do
     esac
 done
 need_cmd fairseq-preprocess
+if [[ -n $RAW ]]; then
+    need_text "$RAW"/{train,valid,test}.txt
+elif [[ -n $LOCAL && -e $LOCAL/wiki.train.tokens ]]; then
+    need_text "$LOCAL"/wiki.{train,valid,test}.tokens
+elif [[ -n $LOCAL ]]; then
+    need_file "$LOCAL/$(basename $URL)"
+fi
 mkdir -p "$WORK"
 
 if [[ -n $RAW ]]; then
@@ -45,18 +52,16 @@ if [[ -n $RAW ]]; then
     TOK=$WORK/tokens
     mkdir -p "$TOK"
     for split in train valid test; do
-        need_file "$RAW/$split.txt"
         "$PYTHON" "$HERE/moses.py" tokenize -l en -a -j "$WORKERS" < "$RAW/$split.txt" > "$TOK/wiki.$split.tokens"
     done
 else
-    if [[ -n $LOCAL && -s $LOCAL/wiki.train.tokens ]]; then
+    if [[ -n $LOCAL && -e $LOCAL/wiki.train.tokens ]]; then
         step "[1/2] token files from $LOCAL"
         TOK=$LOCAL
     else
         if [[ -n $LOCAL ]]; then
             step "[1/2] archive from $LOCAL"
             zip=$LOCAL/$(basename $URL)
-            need_file "$zip"
         else
             step "[1/2] download into $WORK"
             fetch "$WORK" "$URL"
@@ -66,7 +71,7 @@ else
         TOK=$WORK/wikitext-103
     fi
 fi
-need_file "$TOK"/wiki.{train,valid,test}.tokens
+need_text "$TOK"/wiki.{train,valid,test}.tokens
 for split in train valid test; do echo "$split: $(wc -w < "$TOK/wiki.$split.tokens") tokens"; done
 
 step "[2/2] fairseq-preprocess --only-source into $DEST"

@@ -55,18 +55,21 @@ while (($#)); do
 done
 need_cmd fairseq-preprocess
 need_cmd subword-nmt
+if [[ -n $RAW ]]; then
+    need_text "$RAW"/{train,valid,test}.{en,de}
+elif [[ -n $LOCAL ]]; then
+    for url in "${URLS[@]}"; do need_file "$LOCAL/$(basename "$url")"; done
+fi
 mkdir -p "$WORK/raw" "$WORK/tok" "$WORK/bpe"
 src=en tgt=de
 
 if [[ -n $RAW ]]; then
     step "[1/5] raw text from $RAW"
-    for f in {train,valid,test}.{en,de}; do need_file "$RAW/$f"; cp "$RAW/$f" "$WORK/raw/$f"; done
+    for f in {train,valid,test}.{en,de}; do cp "$RAW/$f" "$WORK/raw/$f"; done
 else
     ORIG=$WORK/orig
     if [[ -n $LOCAL ]]; then
         step "[1/5] archives from $LOCAL"
-        mkdir -p "$ORIG"
-        for url in "${URLS[@]}"; do need_file "$LOCAL/$(basename "$url")"; done
         ORIG=$LOCAL
     else
         step "[1/5] download into $ORIG"
@@ -90,6 +93,7 @@ else
             > "$WORK/raw/test.$l"
     done
 fi
+need_text "$WORK"/raw/{train,valid,test}.{$src,$tgt}
 for split in train valid test; do
     n_src=$(wc -l < "$WORK/raw/$split.$src"); n_tgt=$(wc -l < "$WORK/raw/$split.$tgt")
     [[ $n_src == "$n_tgt" ]] || die "$split.$src has $n_src lines but $split.$tgt has $n_tgt"
@@ -122,6 +126,7 @@ paste -d '\t' "$WORK/bpe/train.$src" "$WORK/bpe/train.$tgt" \
 cut -f1 "$WORK/bpe/train.clean.tsv" > "$WORK/bpe/train.clean.$src"
 cut -f2 "$WORK/bpe/train.clean.tsv" > "$WORK/bpe/train.clean.$tgt"
 rm "$WORK/bpe/train.clean.tsv"
+[[ -s $WORK/bpe/train.clean.$src ]] || die "no training pair of 1..$MAX_LEN tokens with a length ratio <= $RATIO in $WORK/bpe/train.{$src,$tgt}"
 echo "train: $(wc -l < "$WORK/bpe/train.clean.$src") of $(wc -l < "$WORK/bpe/train.$src") pairs kept"
 
 step "[5/5] fairseq-preprocess (joined dictionary) into $DEST"

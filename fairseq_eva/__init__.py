@@ -4,10 +4,11 @@ The attention core (`fairseq_eva.attention`) is plain PyTorch. When fairseq is i
 the package also registers the models and architectures with fairseq and the few types that fairseq
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
-(see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`) and
-copy checkpoints atomically (see `checkpoint_safety`), registers the `adaptive_loss_fp32_sum` criterion
-that the language-model configs use (see `adaptive_loss`) and silences fairseq's harmless warnings (see
-`harmless_warnings`).
+(see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`), copy
+checkpoints atomically (see `checkpoint_safety`), leave no empty --save-dir after a failed run (see
+`save_dir`) and go on counting `wall` after a resume within an epoch (see `wall_clock`); it registers the
+`adaptive_loss_fp32_sum` criterion that the language-model configs use (see `adaptive_loss`) and silences
+fairseq's harmless warnings (see `harmless_warnings`).
 """
 
 import importlib.util
@@ -16,8 +17,9 @@ from .attention import EVAAttention  # noqa: F401
 
 if importlib.util.find_spec("fairseq") is not None:
     # on import: checkpoint_safety registers the safe globals, models the models and architectures,
-    # batching makes fairseq keep the last batch of an evaluation set, adaptive_loss registers its criterion
-    from . import adaptive_loss, batching, checkpoint_safety, models  # noqa: F401
+    # batching makes fairseq keep the last batch of an evaluation set, adaptive_loss registers its criterion,
+    # save_dir removes the empty --save-dir of a failed run, wall_clock keeps the log's `wall` counting after a resume
+    from . import adaptive_loss, batching, checkpoint_safety, models, save_dir, wall_clock  # noqa: F401
     from .errors import report_user_errors
     from .harmless_warnings import ignore_harmless_warnings
 

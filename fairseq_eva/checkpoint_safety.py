@@ -10,8 +10,10 @@ is refused.
 
 A file that is not a fairseq checkpoint (or holds such an object) raises `CheckpointError`, which says so
 and names the file, instead of torch's message, which suggests loading with `weights_only=False` (that
-would run whatever code the file holds). `register` also makes fairseq's own loader
-(`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate, fairseq-eval-lm, the hub, ...) raise it.
+would run whatever code the file holds); an empty file, or one that begins as torch.save's zip archive but
+lacks its end, is called empty or truncated (a full disk, a run killed while writing it). `register` also
+makes fairseq's own loader (`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate,
+fairseq-eval-lm, the hub, ...) raise it.
 
 fairseq writes the first checkpoint of a save atomically (a temporary file renamed into place) but
 copies it to the others (checkpoint_last.pt, checkpoint_best.pt) with a plain file copy: a run killed
@@ -25,6 +27,7 @@ import os
 import pickle
 import re
 import shutil
+import zipfile
 
 import torch
 
@@ -33,9 +36,11 @@ from .errors import UserError
 SAFE_GLOBALS = (argparse.Namespace,)
 
 # What torch.load (and fairseq's upgrade of the state it read) raises for a file that is not a checkpoint:
-# text or random bytes (UnpicklingError, KeyError), an empty or truncated file (EOFError, RuntimeError), a
-# tensor or a list (RuntimeError, TypeError), a dict without fairseq's keys (KeyError).
-NOT_A_CHECKPOINT = (pickle.UnpicklingError, EOFError, KeyError, RuntimeError, TypeError, AttributeError)
+# text or random bytes (UnpicklingError, KeyError), an empty or truncated file (EOFError, RuntimeError, and
+# OSError "Invalid argument" when only the end of the archive is missing), a tensor or a list (RuntimeError,
+# TypeError), a dict without fairseq's keys (KeyError).
+NOT_A_CHECKPOINT = (pickle.UnpicklingError, EOFError, KeyError, RuntimeError, TypeError, AttributeError, OSError)
+ZIP_MAGIC = b"PK\x03\x04"  # how every file torch.save writes (its zip format, torch >= 1.6) begins
 
 
 class CheckpointError(UserError, pickle.UnpicklingError):
@@ -46,10 +51,24 @@ def _first_sentence(text):
     return " ".join(text.split()).split(". ")[0].rstrip(".")
 
 
+def is_cut_short(path):
+    """The file begins as torch.save's zip archive but lacks the archive's end: written only in part."""
+    with open(path, "rb") as f:
+        begins = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    return begins and not zipfile.is_zipfile(path)
+
+
 def not_a_checkpoint(path, error):
     """CheckpointError saying why torch.load (or fairseq's reading of what it loaded) failed, without torch's
     advice to load with weights_only=False."""
     text = str(error)
+    if os.path.getsize(path) == 0:
+        return CheckpointError(f"{path} is empty (0 bytes): a checkpoint cut off before anything was written, "
+                               "or no checkpoint at all")
+    if is_cut_short(path):
+        return CheckpointError(f"{path} is truncated or corrupt (torch.save's archive without its end: "
+                               f"{type(error).__name__}: {_first_sentence(text)}); a full disk or a run killed "
+                               "while writing it? Use an earlier checkpoint")
     if text.startswith("Weights only load failed"):
         # torch's paragraphs: its advice, then what it refused (after "WeightsUnpickler error:", or alone)
         found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.S)
@@ -71,6 +90,8 @@ def load(path):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except NOT_A_CHECKPOINT as error:
+        if isinstance(error, OSError) and not os.path.isfile(path):
+            raise  # a missing file or a folder: the OS's words are right
         raise not_a_checkpoint(path, error) from error
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' state dict in it)")
@@ -85,6 +106,8 @@ def _clear_errors(load_checkpoint_to_cpu):
         except CheckpointError:
             raise
         except NOT_A_CHECKPOINT as error:
+            if isinstance(error, OSError) and not os.path.isfile(path):
+                raise  # a missing file or a folder: the OS's words are right
             raise not_a_checkpoint(path, error) from error
 
     wrapper.gives_clear_errors = True

@@ -12,12 +12,24 @@ pass them). What fairseq cannot do is notice that it was launched by torchrun an
 `check_launch` does, and the plugin's models call it when they are built, which happens in every
 process after fairseq has (or has not) joined the process group, for fairseq-train and
 fairseq-hydra-train alike (the plugin module itself is imported before that by fairseq-train but after
-it by fairseq-hydra-train, so importing is not the place).
+it by fairseq-hydra-train, so importing is not the place). Every process meets the same refusal; the first
+of each node (LOCAL_RANK 0) says it, as one line (a `UserError`), and the others wait silently for torchrun
+to stop them when it fails (exiting with status 1 themselves after `wait` seconds), so that the message is
+said once, and said: a process that exited at once could have torchrun stop the first before it speaks.
 """
 
 import os
+import signal
+import sys
+import time
 
 import torch.distributed as dist
+
+from .errors import UserError
+
+
+class LaunchError(UserError, RuntimeError):
+    """torchrun's processes do not form one data-parallel group."""
 
 
 def launcher_world_size(environ=os.environ):
@@ -38,7 +50,7 @@ def launch_options(world_size, cpu):
     return opts
 
 
-def check_launch(environ=os.environ):
+def check_launch(environ=os.environ, wait=120):
     """Stop with a clear error when a launcher started several processes that are not one group."""
     launched = launcher_world_size(environ)
     if launched <= 1:
@@ -46,8 +58,14 @@ def check_launch(environ=os.environ):
     joined = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if joined == launched:
         return
+    if environ.get("LOCAL_RANK", "0") != "0":
+        # the node's first process says why, and torchrun then stops this one with SIGTERM: exit through
+        # Python's exit handlers (they remove the empty --save-dir, fairseq_eva/save_dir.py)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+        time.sleep(wait)
+        raise SystemExit(1)
     opts = " ".join(f"'{o}'" if "$" in o else o for o in launch_options(launched, cpu=True))
-    raise RuntimeError(
+    raise LaunchError(
         f"torchrun started {launched} processes (WORLD_SIZE={launched}) but this one trains in a group of "
         f"{joined}: each process would train its own copy of the model as rank 0 and write the same "
         f"checkpoints. fairseq ignores torchrun's environment when distributed_world_size is 1 (its default "

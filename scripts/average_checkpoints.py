@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Average the parameters of several fairseq checkpoints (the project's own version of fairseq's
+r"""Average the parameters of several fairseq checkpoints (the project's own version of fairseq's
 scripts/average_checkpoints.py, which the pip packages do not ship).
 
     # the last 10 epoch checkpoints of a folder (checkpoint<N>.pt)
@@ -143,13 +143,14 @@ def atomic_save(state, output):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inputs", required=True, nargs="+",
+    parser.add_argument("--inputs", required=True, nargs="+", metavar="PATH",
                         help="checkpoint files, or one folder with --num-epoch-checkpoints/--num-update-checkpoints")
-    parser.add_argument("--output", required=True, help="where to write the average")
+    parser.add_argument("--output", required=True, metavar="FILE", help="where to write the average")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpoint<epoch>.pt")
-    group.add_argument("--num-update-checkpoints", type=int, help="average the last N checkpoint_<epoch>_<update>.pt")
-    parser.add_argument("--checkpoint-upper-bound", type=int,
+    group.add_argument("--num-epoch-checkpoints", type=int, metavar="N", help="average the last N checkpoint<epoch>.pt")
+    group.add_argument("--num-update-checkpoints", type=int, metavar="N",
+                       help="average the last N checkpoint_<epoch>_<update>.pt")
+    parser.add_argument("--checkpoint-upper-bound", type=int, metavar="N",
                         help="ignore checkpoints after this epoch (or update, with --num-update-checkpoints)")
     args = parser.parse_args(argv)
     try:

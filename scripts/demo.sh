@@ -29,7 +29,8 @@ Environment (default):
   DEMO_LM_CONTEXTS    eval-lm context windows ("0 64 112": 0, 256 and 480 of 512 scaled to 128)
   NGPUS               0 (the demo runs on the CPU; set it to use GPUs)
   OMP_NUM_THREADS     threads per process (1)
-  DEMO_PROGRESS       seconds between the progress lines of the running jobs (15)
+  DEMO_PROGRESS       seconds between looks at the running jobs: a line for each whose progress
+                      changed, a reminder after 4 looks without change (15)
 USAGE
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
@@ -59,7 +60,13 @@ for f in po_en_de/{train,valid,test}.{en,de} doc_en/{train,valid,test}.txt; do
 done
 
 START=$SECONDS
-banner() { echo; echo "################ [$1] $2   (+$((SECONDS - START)) s)"; }
+STAGE="" STAGE_START=$SECONDS TIMES=()  # where the time goes: each stage's duration, printed at the end
+stage_done() { [[ -z $STAGE ]] || TIMES+=("$(printf '  %-52s %5d s' "$STAGE" $((SECONDS - STAGE_START)))"); }
+banner() {
+    stage_done
+    STAGE="[$1] ${3:-$2}" STAGE_START=$SECONDS
+    echo; echo "################ [$1] $2   (+$((SECONDS - START)) s)"
+}
 # run_quiet LOG CMD...: the full output goes to LOG; progress lines (==> steps, fairseq's json
 # records, results) are echoed; on failure, the end of LOG is shown
 run_quiet() {
@@ -80,7 +87,7 @@ mkdir -p "$OUT/logs"
 touch "$OUT/.fairseq-eva-demo"
 OUT=$(cd "$OUT" && pwd)
 
-banner 1/6 "data: cut the sample into $OUT/sample"
+banner 1/6 "data: cut the sample into $OUT/sample" "cut the sample"
 cut_lines() {  # cut_lines N SRC DST
     if [[ -n $1 ]]; then head -n "$1" "$2" > "$3"; else cp "$2" "$3"; fi
 }
@@ -93,7 +100,8 @@ cut_lines "$TRAIN_LINES" "$SAMPLE/doc_en/train.txt" "$OUT/sample/doc_en/train.tx
 for s in valid test; do cut_lines "$EVAL_LINES" "$SAMPLE/doc_en/$s.txt" "$OUT/sample/doc_en/$s.txt"; done
 wc -l "$OUT"/sample/po_en_de/*.en "$OUT"/sample/doc_en/*.txt | sed '$d'
 
-banner 2/6 "preprocess: WMT14 recipe on the En-De pairs (Moses, joint BPE $BPE_TOKENS, joined dictionary); Wikitext-103 recipe on the prose"
+banner 2/6 "preprocess: WMT14 recipe on the En-De pairs (Moses, joint BPE $BPE_TOKENS, joined dictionary); Wikitext-103 recipe on the prose" \
+    "preprocess (Moses, BPE, fairseq-preprocess)"
 run_quiet "$OUT/logs/prep_mt.log" env WORK="$OUT/work/mt" DEST="$OUT/data-bin/mt" BPE_TOKENS="$BPE_TOKENS" \
     bash "$ROOT/data_prep/prepare_wmt14_en_de.sh" --raw "$OUT/sample/po_en_de"
 follow "$OUT/logs/prep_mt.log"
@@ -102,30 +110,39 @@ run_quiet "$OUT/logs/prep_lm.log" env WORK="$OUT/work/lm" DEST="$OUT/data-bin/lm
 follow "$OUT/logs/prep_lm.log"
 
 PROGRESS=${DEMO_PROGRESS:-15}
-declare -A JOBS GOALS  # name -> pid, name -> what it does and how far it goes
+declare -A JOBS GOALS BEGUN  # name -> pid, what it does and how far it goes, when it started
 job() {  # job NAME GOAL CMD...: run in the background, output in logs/NAME.log
     local name=$1 goal=$2; shift 2
     echo "  started $name: $goal"
     run_quiet "$OUT/logs/$name.log" "$@" &
     JOBS[$name]=$!
     GOALS[$name]=$goal
+    BEGUN[$name]=$SECONDS
 }
-progress() {  # progress NAME: the last epoch and update of a training log, else its last step
-    local log=$OUT/logs/$1.log line
-    line=$(grep -E '\]\[train_inner\]|\]\[valid\]' "$log" 2>/dev/null | tail -n 1 \
-        | sed -nE 's/.*"epoch": ([0-9]+).*"num_updates": "([0-9]+)".*/epoch \1, update \2/p')
-    [[ -n $line ]] || line=$(grep -E '^==>' "$log" 2>/dev/null | tail -n 1)
-    echo "${line:-starting}"
-}
-wait_jobs() {  # wait for the jobs, printing a progress line for each running one every PROGRESS seconds
-    local name failed=0 ticks=0 running
+declare -A SHOWN SINCE SAID  # name -> the progress line last printed, since when it holds, when it was printed
+wait_jobs() {  # wait for the jobs; every PROGRESS seconds, a line for each running job whose progress changed
+    local name failed=0 ticks=0 running now
     while :; do
         running=()
-        for name in "${!JOBS[@]}"; do kill -0 "${JOBS[$name]}" 2>/dev/null && running+=("$name"); done
+        for name in "${!JOBS[@]}"; do
+            if kill -0 "${JOBS[$name]}" 2>/dev/null; then
+                running+=("$name")
+            elif [[ -n ${BEGUN[$name]:-} ]]; then  # just ended: how long it took (which job the stage waits for)
+                echo "  [+$((SECONDS - START)) s] $name: ended after $((SECONDS - BEGUN[$name])) s"
+                unset "BEGUN[$name]"
+            fi
+        done
         ((${#running[@]})) || break
         if ((ticks > 0 && ticks % PROGRESS == 0)); then
             for name in "${running[@]}"; do
-                echo "  [+$((SECONDS - START)) s] $name: $(progress "$name")  (${GOALS[$name]})"
+                now=$(log_progress "$OUT/logs/$name.log")  # (scripts/lib.sh)
+                if [[ $now != "${SHOWN[$name]:-}" ]]; then
+                    SHOWN[$name]=$now SINCE[$name]=$SECONDS SAID[$name]=$SECONDS
+                    echo "  [+$((SECONDS - START)) s] $name: $now  (${GOALS[$name]})"
+                elif ((SECONDS - SAID[$name] >= 4 * PROGRESS)); then  # unchanged: a reminder now and then
+                    SAID[$name]=$SECONDS
+                    echo "  [+$((SECONDS - START)) s] $name: $now, for $((SECONDS - SINCE[$name])) s  (${GOALS[$name]})"
+                fi
             done
         fi
         sleep 1
@@ -147,19 +164,23 @@ train_mt() {  # train_mt NAME VARIANT overrides...
         MAX_TOKENS="$MT_MAX_TOKENS" TOTAL_TOKENS="$MT_MAX_TOKENS" \
         bash "$ROOT/scripts/train_wmt14.sh" "$variant" "${MT_TINY[@]}" "$@"
 }
-banner 3/6 "train a tiny EVA and a tiny softmax translation model side by side ($MT_EPOCHS epochs each; configs/wmt14_en_de_{eva32,softmax}.yaml, tiny)"
+banner 3/6 "train a tiny EVA and a tiny softmax translation model side by side ($MT_EPOCHS epochs each; configs/wmt14_en_de_{eva32,softmax}.yaml, tiny)" \
+    "train the two translation models"
 train_mt mt_eva eva32 model.eva_window_size=4 model.eva_num_chunks=4
 train_mt mt_softmax softmax
 wait_jobs
 for name in mt_eva mt_softmax; do echo "-- $name"; follow "$OUT/logs/train_$name.log" | grep -v train_inner; done
 
-banner 4/6 "average the last $N_AVG checkpoints, beam search (beam 4, lenpen 0.6), BLEU  |  meanwhile: train a tiny EVA language model ($LM_UPDATES updates, length $LM_LENGTH; configs/wikitext103_eva_16l.yaml, tiny)"
+banner 4/6 "average the last $N_AVG checkpoints, beam search (beam 4, lenpen 0.6), BLEU  |  meanwhile: train a tiny EVA language model ($LM_UPDATES updates, length $LM_LENGTH; configs/wikitext103_eva_16l.yaml, tiny)" \
+    "beam search and BLEU | train the language model"
 eval_mt() {
     local name
     for name in mt_eva mt_softmax; do
         echo "==> $name: scripts/eval_wmt14.sh, log $OUT/logs/eval_$name.log"
-        env DATA="$OUT/data-bin/mt" N_AVG="$N_AVG" bash "$ROOT/scripts/eval_wmt14.sh" "$OUT/checkpoints/$name" \
-            > "$OUT/logs/eval_$name.log" 2>&1 || { tail -n 30 "$OUT/logs/eval_$name.log"; return 1; }
+        # its steps ("==>" lines) go on to this job's log too, for the progress lines
+        env DATA="$OUT/data-bin/mt" N_AVG="$N_AVG" bash "$ROOT/scripts/eval_wmt14.sh" "$OUT/checkpoints/$name" 2>&1 \
+            | tee "$OUT/logs/eval_$name.log" | { grep --line-buffered '^==>' || true; } \
+            || { tail -n 30 "$OUT/logs/eval_$name.log"; return 1; }
     done
 }
 job eval_mt "average, beam search and BLEU of mt_eva, then mt_softmax" eval_mt
@@ -180,12 +201,15 @@ wait_jobs
 for name in mt_eva mt_softmax; do echo "-- $name"; follow "$OUT/logs/eval_$name.log"; done
 echo "-- lm_eva"; follow "$OUT/logs/train_lm_eva.log" | grep -v train_inner
 
-banner 5/6 "eval-lm: valid and test perplexity with context windows $LM_CONTEXTS"
+banner 5/6 "eval-lm: valid and test perplexity with context windows $LM_CONTEXTS" "eval-lm perplexity"
 run_quiet "$OUT/logs/eval_lm_eva.log" env DATA="$OUT/data-bin/lm" TOKENS_PER_SAMPLE="$LM_LENGTH" \
     CONTEXTS="$LM_CONTEXTS" BATCH_SIZE=32 bash "$ROOT/scripts/eval_lm.sh" "$OUT/checkpoints/lm_eva/checkpoint_best.pt"
 follow "$OUT/logs/eval_lm_eva.log"
 
-banner 6/6 "results table and training curves"
+banner 6/6 "results table and training curves" "results table and curves"
 "$PYTHON" "$ROOT/scripts/demo_report.py" --out "$OUT" --wall-seconds $((SECONDS - START))
+stage_done
 echo
+echo "where the time went (wall time of each stage):"
+printf '%s\n' "${TIMES[@]}"
 echo "demo done in $((SECONDS - START)) s: $OUT/results.md, $OUT/curves.png"

@@ -1,4 +1,10 @@
 # Shared helpers of the training and evaluation scripts (sourced, not run).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then  # run by itself: say what it is
+    usage="usage: source scripts/lib.sh (from a script): the helpers that scripts/train_*.sh, eval_*.sh and
+demo.sh are sourced with; it does nothing by itself. Run one of those with --help."
+    if [[ ${1:-} == -h || ${1:-} == --help ]]; then echo "$usage"; exit 0; fi
+    echo "$usage" >&2; exit 1
+fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=$ROOT/fairseq_eva
 PYTHON=${PYTHON:-python}
@@ -6,6 +12,14 @@ PYTHON=${PYTHON:-python}
 die() { echo "error: $*" >&2; exit 1; }
 step() { echo; echo "==> $*"; }
 need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
+# shell_words ARG...: the arguments as one line that a shell reads back as the same words (to paste)
+shell_words() {
+    local word safe='^[A-Za-z0-9_./:=,+@%-]+$' out=()
+    for word in "$@"; do
+        if [[ $word =~ $safe ]]; then out+=("$word"); else out+=("'${word//\'/\'\\\'\'}'"); fi
+    done
+    echo "${out[*]}"
+}
 
 # need_data DIR PREP: DIR must hold a fairseq-preprocess output
 need_data() {
@@ -27,6 +41,17 @@ config_value() {
     [[ -s $file ]] || die "no config $file (see ls $ROOT/configs)"
     "$PYTHON" -c 'import sys; from omegaconf import OmegaConf
 print(OmegaConf.select(OmegaConf.load(sys.argv[1]), sys.argv[2]))' "$file" "$2"
+}
+
+# log_progress LOG: how far the job writing LOG is: the epoch and update of fairseq's last training record
+# (train_inner, valid with its loss, or the epoch's train summary), else its last "==>" step, else "starting"
+log_progress() {
+    local line
+    line=$(grep -E '\]\[(train_inner|valid|train)\]' "$1" 2>/dev/null | tail -n 1 | sed -nE \
+        -e 's/.*"epoch": ([0-9]+).*"valid_loss": "([^"]+)".*"valid_num_updates": "([0-9]+)".*/epoch \1, update \3, valid loss \2/p' -e t \
+        -e 's/.*"epoch": ([0-9]+).*"(train_)?num_updates": "([0-9]+)".*/epoch \1, update \3/p')
+    [[ -n $line ]] || line=$(grep -E '^==>' "$1" 2>/dev/null | tail -n 1)
+    echo "${line:-starting}"
 }
 
 # ceil_div A B
@@ -72,7 +97,7 @@ run_training() {
         cmd=(torchrun "${launch[@]}" "$(command -v fairseq-hydra-train)" "${args[@]}" "$@")
     fi
     echo "config $config: $world process(es) ($nproc per node x $nnodes node(s), $gpus GPU(s)), $batch_key $per_device, update_freq $uf"
-    echo "+ ${cmd[*]}"
+    echo "+ $(shell_words "${cmd[@]}")"
     [[ ${DRY_RUN:-0} == 1 ]] && return 0
     mkdir -p "$SAVE_DIR"
     "${cmd[@]}"

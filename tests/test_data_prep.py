@@ -229,6 +229,8 @@ def test_prepare_wmt14_local_archives(tmp_path):
 
 
 def test_prepare_scripts_help_and_errors(tmp_path):
+    r = run(["bash", "data_prep/common.sh", "--help"])  # sourced by the scripts: run alone, it says so
+    assert r.stdout.startswith("usage:") and "sourced" in r.stdout
     for script in ("prepare_wmt14_en_de.sh", "prepare_wikitext103.sh", "prepare_mlm.sh"):
         r = run(["bash", f"data_prep/{script}", "--help"])
         assert r.stdout.startswith("usage:") and "--raw DIR" in r.stdout
@@ -248,6 +250,31 @@ def test_prepare_scripts_help_and_errors(tmp_path):
             {"WORK": str(tmp_path / "w"), "DEST": str(tmp_path / "precious")}, ok=False)
     assert "is not a fairseq-preprocess output folder" in r.stderr
     assert (tmp_path / "precious" / "thesis.tex").read_text() == "keep me"
+
+
+RAW_FILES = {"prepare_wmt14_en_de.sh": [f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de")],
+             "prepare_wikitext103.sh": [f"{s}.txt" for s in ("train", "valid", "test")],
+             "prepare_mlm.sh": ["train.txt", "valid.txt"]}
+
+
+@pytest.mark.parametrize("script", sorted(RAW_FILES))
+@pytest.mark.parametrize("text, says", [("\n  \n\n", "holds only blank lines"), ("", "is empty (0 bytes)")])
+def test_prepare_scripts_refuse_empty_training_text(script, text, says, tmp_path):
+    """Blank or empty training text stops each script with one line naming the file, before it creates
+    anything (subword-nmt's traceback, a silent exit 1 and a 4-word dictionary were the alternatives)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in RAW_FILES[script]:
+        folder = "po_en_de" if script == "prepare_wmt14_en_de.sh" else "doc_en"
+        head(f"{SAMPLE}/{folder}/{name}", raw / name, 30)
+    train = [name for name in RAW_FILES[script] if name.startswith("train.")]
+    for name in train:
+        (raw / name).write_text(text)
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", f"data_prep/{script}", "--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [f"error: input file {raw / train[0]} {says}"]
+    assert not work.exists() and not dest.exists()
 
 
 # ---------------------------------------------------------------- Wikitext-103

@@ -8,6 +8,7 @@ update_freq 2, a rank killed mid-run, the rerun that resumes, and the plain torc
 import glob
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ from fairseq.file_io import PathManager  # noqa: E402
 import fairseq_eva  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
 from fairseq_eva import checkpoint_safety  # noqa: E402
 from fairseq_eva.distributed import check_launch, launch_options  # noqa: E402
+from fairseq_eva.errors import UserError  # noqa: E402
 from fairseq_helpers import BIN, USER_DIR, cli_env, json_records, lm_data, translation_data  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,7 +73,7 @@ def test_scripts_launch_one_process_group(env, launcher, world, update_freq, cpu
         return
     assert re.match(r"\+ " + re.escape(launcher) + r"\S*/fairseq-hydra-train --config-dir", cmd)
     # the options fairseq needs to join torchrun's processes: the same that the refusal names
-    assert all(f" {opt} " in cmd + " " for opt in launch_options(world, cpu))
+    assert all(opt in shlex.split(cmd) for opt in launch_options(world, cpu))
     assert ("gloo" in cmd) == cpu and ("legacy_ddp" in cmd) == cpu
 
 
@@ -87,6 +89,13 @@ def test_check_launch_refuses_processes_that_are_not_one_group(tmp_path):
     for opt in launch_options(2, cpu=True):  # what to pass, as the scripts pass it
         assert opt in msg
     assert "--distributed-world-size 2 --distributed-init-method env:// --distributed-rank -1" in msg
+    assert isinstance(e.value, UserError)  # one line on the command line, no traceback
+    # the node's other processes stop without repeating it
+    with pytest.raises(SystemExit) as e:
+        check_launch({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}, wait=0)
+    assert e.value.code == 1
+    with pytest.raises(RuntimeError, match="torchrun started 4 processes"):  # the first of the second node
+        check_launch({"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0"})
     # a real (one-process) group: fine when torchrun started one process, refused when it started three
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
@@ -305,8 +314,13 @@ def test_plain_torchrun_is_refused_and_the_suggested_flags_train(data, tmp_path)
     r = subprocess.run([*plain, "--save-dir", str(tmp_path / "plain")], env=ENV, capture_output=True, text=True,
                        timeout=600)
     log = r.stdout + r.stderr
-    assert r.returncode != 0 and "torchrun started 2 processes (WORLD_SIZE=2) but this one trains in a group of 1" in log
-    assert not glob.glob(str(tmp_path / "plain" / "*.pt"))  # nothing trained, nothing written
+    assert r.returncode != 0
+    # said once, as one line (not a traceback per process inside torchrun's report)
+    said = [line for line in log.splitlines() if "torchrun started 2 processes" in line]
+    assert len(said) == 1 and said[0].startswith("fairseq-train: error: torchrun started 2 processes (WORLD_SIZE=2) "
+                                                 "but this one trains in a group of 1"), said
+    assert "fairseq_eva/distributed.py" not in log
+    assert not (tmp_path / "plain").exists()  # nothing trained, no empty save dir left
     # the fairseq-train flags that the message names make one group of 2
     flags = ["--distributed-world-size", "2", "--distributed-init-method", "env://", "--distributed-rank", "-1",
              "--distributed-no-spawn", "--ddp-backend", "legacy_ddp", "--load-checkpoint-on-all-dp-ranks"]

@@ -73,8 +73,7 @@ def test_a_checkpoint_with_a_pickled_object_is_refused(tmp_path, make):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("content", [b"not a checkpoint\n", b"", [1, 2], {"a": torch.zeros(1)}],
-                         ids=["text", "empty", "list", "dict"])
+@pytest.mark.parametrize("content", [b"not a checkpoint\n", [1, 2], {"a": torch.zeros(1)}], ids=["text", "list", "dict"])
 def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, content):
     path = tmp_path / "notes.pt"
     if isinstance(content, bytes):
@@ -86,6 +85,19 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, content):
     assert "weights_only" not in str(error.value)
 
 
+@pytest.mark.parametrize("keep", [0, 10, 0.5, -10, -1], ids=["empty", "10 bytes", "half", "all but 10", "all but 1"])
+def test_a_truncated_checkpoint_is_called_truncated(tmp_path, keep):
+    """A checkpoint cut short (a full disk, a run killed while writing) is not called 'not a checkpoint'."""
+    whole = tmp_path / "whole.pt"
+    torch.save(checkpoint(), whole)
+    data = whole.read_bytes()
+    path = tmp_path / "checkpoint_last.pt"
+    path.write_bytes(data[:int(keep * len(data)) if isinstance(keep, float) else keep])
+    says = "is empty (0 bytes)" if keep == 0 else "is truncated or corrupt"
+    with pytest.raises(CheckpointError, match=f"^{path} {re.escape(says)}"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+
+
 def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
     data = lm_data(tmp_path_factory)
     marker = tmp_path / "pwned"
@@ -93,9 +105,13 @@ def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
     torch.save(checkpoint(payload=RunsCode(marker)), path)
     text = tmp_path / "notes.pt"
     text.write_text("not a checkpoint\n")
-    for bad, reason in ((path, "it holds what a weights-only load refuses: "), (text, "")):
+    cut = tmp_path / "checkpoint_last.pt"
+    torch.save(checkpoint(), cut)
+    cut.write_bytes(cut.read_bytes()[:-10])
+    for bad, says in ((path, "is not a fairseq checkpoint (it holds what a weights-only load refuses: "),
+                      (text, "is not a fairseq checkpoint ("), (cut, "is truncated or corrupt (")):
         proc = run("fairseq-eval-lm", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", bad, check=False)
         assert proc.returncode != 0
-        assert proc.stderr.splitlines()[-1].startswith(f"fairseq-eval-lm: error: {bad} is not a fairseq checkpoint ({reason}")
+        assert proc.stderr.splitlines()[-1].startswith(f"fairseq-eval-lm: error: {bad} {says}")
         assert "Traceback" not in proc.log and "weights_only=False" not in proc.log
     assert not marker.exists()

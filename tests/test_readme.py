@@ -114,6 +114,10 @@ def test_readme_commands_run_as_written(demo_layout):
         save = re.search(r"--save-dir (\S+)", command)
         if tool == "fairseq-train":
             assert (root / save.group(1) / "checkpoint_best.pt").is_file()
+            # also a checkpoint every N updates within an epoch (Ctrl-C loses at most N), the latest one kept
+            every = int(re.search(r"--save-interval-updates (\d+)", command).group(1))
+            kept = [int(p.stem.split("_")[2]) for p in (root / save.group(1)).glob("checkpoint_*_*.pt")]
+            assert len(kept) == 1 and kept[0] % every == 0, kept
         elif tool == "fairseq-generate":  # every sentence of the test set, each once
             ids = sorted(int(line.split("\t")[0][2:]) for line in proc.stdout.splitlines() if line.startswith("H-"))
             assert ids == list(range(test_sentences))

@@ -4,6 +4,7 @@ batch, and multi-node launches (dry runs: no GPU needed)."""
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -81,6 +82,26 @@ def test_update_freq_keeps_the_effective_batch(script, variant, env, update_freq
     assert f"distributed_training.distributed_world_size={world}" in cmd
     assert f"task.data={data}" in cmd and "common.user_dir=" in cmd and cmd.endswith("optimization.max_update=10")
     assert ("differs from the paper's" in err) == ("UPDATE_FREQ" in env)
+
+
+def test_dry_run_prints_a_command_that_a_shell_reads_back(data):
+    """DRY_RUN=1 prints the command to paste: a shell (strict about globs, as zsh is) must read back its words,
+    hydra's `${oc.env:RANK}` and the `[N]` lists included."""
+    out, _ = dry("train_wmt14.sh", "eva16", data, NGPUS="0", NPROC_PER_NODE="2")
+    cmd = out.splitlines()[-1].removeprefix("+ ")
+    r = subprocess.run(["bash", "-O", "failglob", "-c", f"printf '%s\\n' {cmd}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    words = r.stdout.splitlines()
+    assert words == shlex.split(cmd) and words[0] == "torchrun"
+    assert "distributed_training.distributed_rank=${oc.env:RANK}" in words and "optimization.update_freq=[4]" in words
+    assert words[-1] == "optimization.max_update=10"
+
+
+def test_lib_sh_run_by_itself_says_what_it_is():
+    r = run(["bash", "scripts/lib.sh", "--help"])
+    assert r.returncode == 0 and r.stdout.startswith("usage:") and "sourced" in r.stdout
+    r = run(["bash", "scripts/lib.sh"])
+    assert r.returncode == 1 and "usage:" in r.stderr and r.stdout == ""
 
 
 def test_cpu_training_turns_fp16_off(data):

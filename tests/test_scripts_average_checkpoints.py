@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -125,8 +126,9 @@ def test_refuses_other_architecture(tmp_path):
         avg.average_checkpoints([a, str(tmp_path / "b.pt")])
 
 
-@pytest.mark.parametrize("content", [b"hello\n", b"", torch.zeros(3)], ids=["text", "empty", "a tensor"])
-def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content):
+@pytest.mark.parametrize("content, says", [(b"hello\n", "is not a fairseq checkpoint ("), (b"", "is empty (0 bytes)"),
+                                           (torch.zeros(3), "is not a fairseq checkpoint (")], ids=["text", "empty", "a tensor"])
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content, says):
     a = eva_checkpoint(tmp_path / "a.pt", 8, 2)
     other = tmp_path / "notes.pt"
     if isinstance(content, bytes):
@@ -135,7 +137,7 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content):
         torch.save(content, other)
     assert avg.main(["--inputs", a, str(other), "--output", str(tmp_path / "o.pt")]) == 1
     err = capsys.readouterr().err
-    assert f"error: {other} is not a fairseq checkpoint (" in err
+    assert f"error: {other} {says}" in err
     assert "weights_only=False" not in err and "`weights_only` set to `False`" not in err
 
 
@@ -173,6 +175,10 @@ def test_cli_help_and_error_exit():
     script = os.path.join(ROOT, "scripts", "average_checkpoints.py")
     r = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--num-epoch-checkpoints" in r.stdout
+    # the examples read as shell commands: a long one continues with a backslash, not with a run of spaces
+    examples = re.sub(r" \\\n\s*", " ", r.stdout).splitlines()
+    examples = [line.strip() for line in examples if line.strip().startswith("python scripts/average_checkpoints.py")]
+    assert len(examples) == 3 and all("  " not in line for line in examples), examples
     r = subprocess.run([sys.executable, script, "--inputs", "/nonexistent.pt", "--output", "/tmp/x.pt"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "no checkpoint /nonexistent.pt" in r.stderr
