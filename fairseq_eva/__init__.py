@@ -5,7 +5,8 @@ the package also registers the models and architectures with fairseq and the few
 checkpoints hold with torch's weights-only unpickler (see `checkpoint_safety`), and makes a mistake in
 what the user gave (a bad option, a file that is not a checkpoint) stop a fairseq tool with one line
 (see `errors`); it makes fairseq keep the last batch that fairseq 0.12.3 drops (see `batching`) and
-copy checkpoints atomically (see `checkpoint_safety`).
+copy checkpoints atomically (see `checkpoint_safety`), and stops fairseq's batch-prefetching threads at exit
+so that a finished run does not abort while Python shuts down (see `clean_exit`).
 """
 
 import importlib.util
@@ -15,8 +16,9 @@ from .attention import EVAAttention  # noqa: F401
 if importlib.util.find_spec("fairseq") is not None:
     # on import: checkpoint_safety registers the safe globals, models the models and architectures,
     # batching makes fairseq keep the last batch of an evaluation set
-    from . import batching, checkpoint_safety, models  # noqa: F401
+    from . import batching, checkpoint_safety, clean_exit, models  # noqa: F401
     from .errors import report_user_errors
 
     checkpoint_safety.make_copies_atomic()
+    clean_exit.register()
     report_user_errors()  # a bad option or file stops a fairseq tool with one line, as argparse's errors do
