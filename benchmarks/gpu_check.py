@@ -24,6 +24,8 @@ is killed leaves its table so far.
 5. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
    translation model; fairseq_eva/clean_exit.py) must exit 0; then the same run with that fix switched
    off, which shows whether the cause is the one found.
+Writes gpu_check.json and gpu_check.md under --out; the binarised sample, the fairseq logs and run folders
+under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check", says how to run it in one call.
 """
 
 import argparse
@@ -101,8 +103,9 @@ def settings(smoke):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="benchmarks/results/gpu", help="folder for gpu_check.json / .md and the logs")
-    parser.add_argument("--data", default=None, help="folder for the binarised sample (default: OUT/data)")
+    parser.add_argument("--out", default="benchmarks/results/gpu", help="folder for gpu_check.json and gpu_check.md")
+    parser.add_argument("--work", default=os.path.join(REPO, "work", "gpu_check"),
+                        help="folder for the binarised sample, the fairseq logs and run folders (default: work/gpu_check)")
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU at tiny sizes (the tests run this)")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="the parts to run (default: all)")
     parser.add_argument("--budget", type=float, default=450.0, help="seconds for the whole check; no part starts a row after it")
@@ -420,9 +423,10 @@ def cli(module, prog):
     return f"import sys; from fairseq_cli.{module} import cli_main; sys.argv[0] = '{prog}'; sys.exit(cli_main())"
 
 
-def prepare_data(data, out):
-    """The bundled sample binarised by fairseq-preprocess (8000 words): mt (en-de, a joined dictionary) and lm."""
-    mt, lm = os.path.join(data, "mt-bin"), os.path.join(data, "lm-bin")
+def prepare_data(work):
+    """The bundled sample binarised by fairseq-preprocess (8000 words) into WORK/data, once: mt (en-de, a joined
+    dictionary) and lm."""
+    mt, lm = os.path.join(work, "data", "mt-bin"), os.path.join(work, "data", "lm-bin")
     jobs = [(mt, "dict.en.txt", ["--source-lang", "en", "--target-lang", "de", "--trainpref", f"{SAMPLE}/po_en_de/train",
                                  "--validpref", f"{SAMPLE}/po_en_de/valid", "--joined-dictionary"]),
             (lm, "dict.txt", ["--only-source", "--trainpref", f"{SAMPLE}/doc_en/train.txt", "--validpref",
@@ -430,7 +434,7 @@ def prepare_data(data, out):
     for dest, marker, args in jobs:
         if os.path.exists(os.path.join(dest, marker)):
             continue
-        log = os.path.join(out, "logs", f"preprocess_{os.path.basename(dest)}.log")
+        log = os.path.join(work, "logs", f"preprocess_{os.path.basename(dest)}.log")
         code, text = run_tool(cli("preprocess", "fairseq-preprocess"), [*args, "--destdir", dest, "--nwordssrc", "8000",
                                                                         "--workers", "4"], log, 600)
         if code != 0:
@@ -476,7 +480,7 @@ def hydra_overrides(config, data, save, s):
     return over
 
 
-def paper_configs(s, data, out, deadline, emit):
+def paper_configs(s, data, work, deadline, emit):
     rows = []
     for config in [name for eva, _, softmax in PAPER_CONFIGS for name in (eva, softmax)]:
         kind = next(k for eva, k, softmax in PAPER_CONFIGS if config in (eva, softmax))
@@ -485,12 +489,12 @@ def paper_configs(s, data, out, deadline, emit):
             rows.append(dict(run=config, error=OUT_OF_TIME))
             emit(rows)
             continue
-        save = os.path.join(out, "runs", config)
+        save = os.path.join(work, "runs", config)
         timeout = min(s["run_timeout"], left)
         start = time.monotonic()
         args = ["--config-dir", os.path.join(REPO, "configs"), "--config-name", config,
                 *hydra_overrides(config, data[kind], save, s)]
-        log = os.path.join(out, "logs", config + ".log")
+        log = os.path.join(work, "logs", config + ".log")
         code, text = run_tool(cli("hydra_train", "fairseq-hydra-train"), args, log, timeout)
         rows.append(train_row(config, code, text, time.monotonic() - start, timeout))
         emit(rows)
@@ -503,7 +507,7 @@ WITHOUT_FIX = ("import atexit, sys; from fairseq_cli.train import cli_main; from
                "atexit.unregister(clean_exit.stop_background_loaders); sys.argv[0] = 'fairseq-train'; sys.exit(cli_main())")
 
 
-def clean_exit_check(s, data, out, deadline, emit):
+def clean_exit_check(s, data, work, deadline, emit):
     """The tiny EVA translation model, fairseq-train, as the check ran it when it aborted at exit: 200 updates
     of 33-batch epochs end 2 batches into the 7th, with fairseq's prefetching thread busy."""
     args = [data["mt"], "--arch", "transformer_eva_tiny", "--max-tokens", "4096", "--share-all-embeddings",
@@ -520,7 +524,7 @@ def clean_exit_check(s, data, out, deadline, emit):
             emit(rows)
             continue
         start = time.monotonic()
-        log = os.path.join(out, "logs", re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".log")
+        log = os.path.join(work, "logs", re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".log")
         returncode, text = run_tool(code, args, log, min(s["run_timeout"], left))
         rows.append(train_row(name, returncode, text, time.monotonic() - start, min(s["run_timeout"], left)))
         emit(rows)
@@ -667,8 +671,9 @@ def main(argv=None):
                  "--smoke runs every part on the CPU at tiny sizes")
     started = time.monotonic()
     out = os.path.abspath(args.out)
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    data_dir = os.path.abspath(args.data or os.path.join(out, "data"))
+    work = os.path.abspath(args.work)
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
     device, dtype = torch.device(s["device"]), getattr(torch, s["dtype"])
     machine = common.machine(device)
     result = dict(device=machine["gpu"] if device.type == "cuda" else machine["cpu"],
@@ -705,13 +710,13 @@ def main(argv=None):
         def run(deadline):
             part = result[key] = {"rows": []}
             if not data:
-                data.update(prepare_data(data_dir, out))
+                data.update(prepare_data(work))
 
             def emit(rows):
                 part["rows"] = rows
                 write(result, out)
 
-            check(s, data, out, deadline, emit)
+            check(s, data, work, deadline, emit)
             return "ok"
 
         return run

@@ -112,10 +112,12 @@ def test_smoke_run_writes_every_part(tmp_path):
     """`--smoke`: the whole check on the CPU at tiny sizes, through its command line; its JSON and markdown
     hold every part."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--out", str(out)], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    command = [sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--out", str(out), "--work", str(tmp_path / "work")]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     data = json.loads((out / "gpu_check.json").read_text())
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert sorted(os.listdir(out)) == ["gpu_check.json", "gpu_check.md"]
+    assert len(list((tmp_path / "work" / "logs").iterdir())) == 2 + 6 + 2  # preprocess, paper configs, clean exit
     assert list(data["parts"]) == list(gpu_check.PARTS) and all(p["status"] == "ok" for p in data["parts"].values())
     s = gpu_check.settings(True)
     correctness = data["correctness"]["rows"]
