@@ -389,7 +389,12 @@ def speed_part(shapes, kernel, device, dtype, repeats, min_time, deadline, emit)
             rows.append(dict(N=N, batch=batch, mechanism="all", error=OUT_OF_TIME))
             emit(rows)
             continue
-        rows += measure_speed(N, batch, kernel, device, dtype, repeats, min_time)
+        try:
+            rows += measure_speed(N, batch, kernel, device, dtype, repeats, min_time)
+        except Exception as error:  # out of memory while timing, say: the next shape still runs
+            rows.append(dict(N=N, batch=batch, mechanism="all", error=(str(error).splitlines() or [repr(error)])[0][:300]))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         emit(rows)
     return rows
 

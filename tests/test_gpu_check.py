@@ -64,6 +64,17 @@ def test_a_spent_budget_skips_what_is_left(tmp_path):
     assert not list(tmp_path.iterdir())  # no run started
 
 
+def test_a_layer_that_fails_is_a_row_not_a_lost_table():
+    """The EVA layers refuse an unknown kernel; the SDPA layers are still timed, and their ratio to nothing is not made."""
+    cpu = torch.device("cpu")
+    rows = gpu_check.speed_part([(256, 1)], "no-such-kernel", cpu, torch.float32, 1, 0.0, math.inf, lambda r: None)
+    failed = {r["mechanism"] for r in rows if "error" in r}
+    assert failed == {m for m in gpu_check.LAYERS if m.startswith("eva")}
+    assert all("no-such-kernel" in r["error"] for r in rows if "error" in r)
+    assert {r["mechanism"] for r in rows if "layer_s" in r} == {"sdpa", "sdpa-causal", "projections"}
+    assert gpu_check.ratios(rows) == []
+
+
 def test_attention_flops_are_the_issues_count():
     """Issue 17: at N = 8192, 8 heads, d = 64, bidirectional EVA's attention is 22.5 GFLOP forward + backward,
     21x fewer than softmax's (abs(E) + C = 384 keys a query against 8192)."""
