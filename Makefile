@@ -45,6 +45,9 @@ demo: setup
 clean:
 	rm -rf $(VENV) *.egg-info
 
-# On a CUDA machine (make setup TORCH='torch==X' for a CUDA build): correctness, speed and fp16 training
+# On a CUDA machine (make setup TORCH='torch==X' for a CUDA build): correctness per kernel, speed against flash
+# SDPA, the paper's configs under fairseq-hydra-train --fp16 and a clean exit, in about 7 minutes (README, "GPU check");
+# e.g. make gpu-check GPU_CHECK_ARGS='--parts speed_tokens'
+GPU_CHECK_ARGS ?=
 gpu-check: setup
-	$(PY) -m benchmarks.gpu_check --out benchmarks/results/gpu
+	$(PY) -m benchmarks.gpu_check --out benchmarks/results/gpu $(GPU_CHECK_ARGS)

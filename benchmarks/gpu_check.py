@@ -1,21 +1,31 @@
 """The GPU check: is EVA right and fast on CUDA, in the settings people train with? One command, one table.
 
-    make gpu-check                       # or: python -m benchmarks.gpu_check --out benchmarks/results/gpu
-    python -m benchmarks.gpu_check --quick   # smaller sizes, for a first look
+    make gpu-check        # = python -m benchmarks.gpu_check --out benchmarks/results/gpu
+    python -m benchmarks.gpu_check --smoke --out /tmp/smoke   # every part on the CPU at tiny sizes
 
-1. Correctness on CUDA against the same module in float64 on the CPU (whose kernels the test suite checks
-   against the per-query definition): float32, bfloat16, float16 weights and autocast; bidirectional and
-   causal; left / right padding; training with a trainable RPE (the fused kernels, then the blockwise one
-   forced) and evaluation; relative error ||a - ref|| / ||ref|| of the output and of all gradients. Then
-   incremental decoding against the full forward, and attention dropout 0.1: the same seed replays the
-   same masks, and the mean over many masks is the output without dropout.
-2. Speed and memory of one layer, forward + backward, bfloat16, against SDPA (flash), N = 1024 ... 32768
-   at batch 1 and N = 4096, 16384 at batch 4, the paper's settings with trainable RPE and attention dropout
-   0.1 beside the same layer without them (benchmarks/speed.py on CUDA).
-3. fairseq-train --fp16 for 200 updates of the tiny translation and language models, EVA and softmax, on
-   the bundled sample: finite losses and training words per second.
-Writes gpu_check.json, gpu_check.md, speed.json / speed.png, speed_batch4.json and the fairseq logs under --out;
-prints the summary last.
+Five parts, run in this order, each within its own time budget (BUDGETS, about 7 minutes in all on an
+H100 or H200; the whole call must fit 8). A part that fails or runs out of time keeps what it measured
+and the next part runs; gpu_check.json and gpu_check.md are written again after every row, so a call that
+is killed leaves its table so far.
+1. correctness: for each kernel that runs on CUDA (KERNELS), EVA on CUDA against the same module in float64
+   on the CPU (whose kernels the test suite checks against the per-query definition): float32, float16,
+   bfloat16 weights and autocast; bidirectional (left padding) and causal (right padding); training with a
+   trainable RPE and evaluation; relative error ||a - ref|| / ||ref|| of the output and of all gradients.
+   Then incremental decoding against the full forward, and attention dropout 0.1: the same seed replays
+   the same masks, and the mean over many masks is the output without dropout. A kernel this code does
+   not have, or one that refuses a call, is reported as such ("n/a"), not as a failure.
+2. speed_tokens: one layer, forward + backward, bfloat16, d_model 512, 8 heads, 65,536 tokens a call
+   (batch 64 x 1024 ... 2 x 32768): flash SDPA, bidirectional EVA (abs(E) 256, C 128), causal SDPA, causal
+   EVA (window 128, chunks of 8), the EVA layers plain and with trainable RPE + attention dropout 0.1;
+   time, peak memory, and the attention's achieved TFLOPS (attention_flops); the issue's targets.
+3. speed_batch1: the same at batch 1, N = 1024 ... 32768.
+4. paper_configs: fairseq-hydra-train --fp16 on the bundled sample, 60 updates of each config of
+   PAPER_CONFIGS as users run it; words/s after the first logged interval, EVA against softmax.
+5. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
+   translation model; fairseq_eva/clean_exit.py) must exit 0; then the same run with that fix switched
+   off, which shows whether the cause is the one found.
+Writes gpu_check.json and gpu_check.md under --out; the binarised sample, the fairseq logs and run folders
+under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check", says how to run it in one call.
 """
 
 import argparse
@@ -24,6 +34,7 @@ import copy
 import json
 import math
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -32,27 +43,77 @@ import traceback
 
 import torch
 
-from benchmarks import common, speed
+from benchmarks import baselines, common, speed
 from fairseq_eva.attention import EVAAttention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "data", "sample")
+PARTS = ("correctness", "speed_tokens", "speed_batch1", "paper_configs", "clean_exit")
+# seconds per part on an H100 / H200, from the H200 run of docs/RESULTS.md ("GPU check": correctness and
+# both speed tables then took under 100 s, a paper config 20 to 30 s) with room for Triton's first compiles
+BUDGETS = {"correctness": 75, "speed_tokens": 70, "speed_batch1": 40, "paper_configs": 190, "clean_exit": 65}
+KERNELS = ("triton", "fused", "blockwise")  # the kernels that run on CUDA, the new one first
+OUT_OF_TIME = "skipped: the part's time budget ran out"
 # relative error bounds per precision (outputs and gradients)
 BOUNDS = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2, "autocast-float16": 1e-2, "autocast-bfloat16": 5e-2}
-BATCH = 4  # the second speed table: batch 4 at N = 4096 and 16384 (more tokens a call, as in training)
 CASES = {
     "bidirectional": dict(window_size=16, num_chunks=8, overlap=True),
     "causal": dict(causal=True, window_size=16, chunk_size=4),
 }
+# the speed tables' layers: d_model, heads; bidirectional EVA abs(E) and C; causal EVA window and chunk size
+D_MODEL, HEADS, WINDOW, CHUNKS, CAUSAL_WINDOW, CHUNK_SIZE = 512, 8, 256, 128, 128, 8
+LAYERS = {
+    "sdpa": lambda kernel: baselines.MECHANISMS["sdpa"][0](D_MODEL, HEADS),
+    "eva": lambda kernel: baselines.eva(D_MODEL, HEADS, WINDOW, CHUNKS, kernel=kernel),
+    "eva+rpe+dropout": lambda kernel: baselines.eva(D_MODEL, HEADS, WINDOW, CHUNKS, use_rpe=True, dropout=0.1, kernel=kernel),
+    "sdpa-causal": lambda kernel: baselines.MECHANISMS["sdpa-causal"][0](D_MODEL, HEADS),
+    "eva-causal": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, kernel=kernel),
+    "eva-causal+rpe+dropout": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, use_rpe=True,
+                                                                  dropout=0.1, kernel=kernel),
+}
+# (config, data, EVA's softmax twin); the language models' adaptive input and softmax cutoffs are set for
+# the sample's 8000 words
+PAPER_CONFIGS = [("wikitext103_eva_16l", "lm", "wikitext103_softmax_16l"), ("wmt14_en_de_eva16", "mt", "wmt14_en_de_softmax"),
+                 ("mlm_eva_4096", "lm", "mlm_softmax_4096")]
+# the issue's targets for the table: (quantity, mechanism, baseline, N, bound, "min" or "max")
+TARGETS = [
+    ("speed-up", "eva", "sdpa", 8192, 5.0, "min"), ("speed-up", "eva", "sdpa", 32768, 15.0, "min"),
+    ("speed-up", "eva-causal", "sdpa-causal", 8192, 2.0, "min"), ("speed-up", "eva-causal", "sdpa-causal", 32768, 3.0, "min"),
+    *[("time ratio", m + "+rpe+dropout", m, N, 1.1, "max") for m in ("eva", "eva-causal") for N in (8192, 32768)],
+    *[("memory ratio", m, base, N, 1.2, "max") for m, base in (("eva", "sdpa"), ("eva+rpe+dropout", "sdpa"),
+                                                               ("eva-causal", "sdpa-causal"),
+                                                               ("eva-causal+rpe+dropout", "sdpa-causal")) for N in (8192, 32768)],
+    ("words/s ratio", "mlm_eva_4096", "mlm_softmax_4096", None, 1.5, "min"),
+    ("words/s ratio", "wikitext103_eva_16l", "wikitext103_softmax_16l", None, 1.0, "min"),
+    ("words/s ratio", "wmt14_en_de_eva16", "wmt14_en_de_softmax", None, 0.95, "min"),
+]
+
+
+def settings(smoke):
+    """What each part runs: the GPU check, or the same code at tiny sizes on the CPU (--smoke)."""
+    if smoke:
+        return dict(device="cpu", precisions=("float32", "autocast-bfloat16"), draws=100, dtype="float32", tokens=512,
+                    token_lengths=[256, 512], batch1_lengths=[128, 256], repeats=1, min_time=0.0, updates=3, log_interval=1,
+                    exit_updates=3, run_timeout=300, train=["--cpu"], hydra=["common.cpu=true", "common.fp16=false"])
+    return dict(device="cuda", precisions=tuple(BOUNDS), draws=400, dtype="bfloat16", tokens=65536,
+                token_lengths=[1024, 2048, 4096, 8192, 16384, 32768], batch1_lengths=[1024, 2048, 4096, 8192, 16384, 32768],
+                repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200, run_timeout=75, train=["--fp16"],
+                hydra=[])
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="benchmarks/results/gpu", help="folder for the JSON, plot and logs")
-    parser.add_argument("--data", default=None, help="folder for the binarised sample (default: OUT/data)")
-    parser.add_argument("--quick", action="store_true", help="N up to 8192 and 50 updates")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["correctness", "speed", f"speed_batch{BATCH}", "fairseq"])
+    parser.add_argument("--out", default="benchmarks/results/gpu", help="folder for gpu_check.json and gpu_check.md")
+    parser.add_argument("--work", default=os.path.join(REPO, "work", "gpu_check"),
+                        help="folder for the binarised sample, the fairseq logs and run folders (default: work/gpu_check)")
+    parser.add_argument("--smoke", action="store_true", help="every part on the CPU at tiny sizes (the tests run this)")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="the parts to run (default: all)")
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds for the whole check; no part starts a row after it")
+    parser.add_argument("--speed-kernel", default="auto", help="the EVA kernel of the speed tables (default: auto)")
     return parser.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------------------- correctness
 
 
 def relative_error(a, ref):
@@ -83,10 +144,56 @@ def pinned_noise():
         torch.randn_like = real_randn_like
 
 
-def correctness(device, precisions=tuple(BOUNDS)):
-    rows = []
+def missing_kernel(name):
+    """Why EVAAttention takes no kernel=name in this code (an older or newer layer), or None."""
+    try:
+        EVAAttention(8, 2, kernel=name)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def refused(error):
+    """A kernel's refusal of a call it does not take (a ValueError that names the kernel), not a failure."""
+    return isinstance(error, ValueError) and "kernel" in str(error)
+
+
+def attempt(row, compute):
+    """row with compute()'s (output error, gradient error, ok) filled in, or with why it could not run."""
+    try:
+        err_y, err_g, ok = compute()
+    except Exception as error:  # the row says what happened; the other rows still run
+        nan = float("nan")
+        if refused(error):
+            return dict(row, output_error=nan, gradient_error=nan, status="n/a", note=str(error).splitlines()[0][:300])
+        return dict(row, output_error=nan, gradient_error=nan, status="FAIL", note=traceback.format_exc()[-1500:])
+    return dict(row, output_error=err_y, gradient_error=err_g, status="ok" if ok else "FAIL")
+
+
+def correctness(device, precisions, draws, kernels=KERNELS, deadline=math.inf, emit=lambda row: None):
+    """Rows of the correctness table, each passed to emit() as soon as it is measured."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    references = reference_cases()
+    for kernel in kernels:
+        reason = missing_kernel(kernel)
+        if reason is not None:
+            emit(dict(kernel=kernel, check="kernel not available", precision="-", output_error=float("nan"),
+                      gradient_error=float("nan"), bound=float("nan"), status="n/a", note=reason.splitlines()[0][:300]))
+            continue
+        checks = [*case_checks(references, kernel, device, precisions), *decoding_checks(kernel, device, precisions),
+                  *dropout_checks(kernel, device, draws)]
+        for check in checks:
+            if time.monotonic() > deadline:
+                emit(dict(kernel=kernel, check="the rest of this kernel's checks", precision="-", output_error=float("nan"),
+                          gradient_error=float("nan"), bound=float("nan"), status="skipped", note=OUT_OF_TIME))
+                break
+            emit(check())
+
+
+def reference_cases():
+    """(name, side, mode, module, x, mask, weights, reference output, reference gradients): float64 on the CPU."""
+    cases = []
     with pinned_noise() as real_randn_like:
         for name, options in CASES.items():
             torch.manual_seed(0)
@@ -101,228 +208,546 @@ def correctness(device, precisions=tuple(BOUNDS)):
             side = "right" if options.get("causal") else "left"  # fairseq's decoders right-pad, sources left-pad
             mask = positions >= lengths[:, None] if side == "right" else positions < N - lengths[:, None]
             weights = torch.randn(B, N, 128, dtype=torch.float64)
-            # training: a trainable RPE (on CUDA the fused kernels, on the CPU the blockwise one; and the
-            # blockwise one forced); evaluation: a frozen RPE (fused)
-            for mode, kernel in (("train", "auto"), ("train", "blockwise"), ("eval", "auto")):
-                reference.train(mode == "train").rpe.requires_grad_(mode == "train")
-                ref_y, ref_g = run_case(reference, x, mask, weights, "cpu")
-                for precision in precisions if kernel == "auto" else [p for p in precisions if p in ("float32", "bfloat16")]:
-                    autocast = getattr(torch, precision.split("-")[1]) if precision.startswith("autocast") else None
-                    dtype = torch.float32 if autocast else getattr(torch, precision)
+            for mode in ("train", "eval"):  # training: a trainable RPE; evaluation: a frozen one
+                module = copy.deepcopy(reference).train(mode == "train")
+                module.rpe.requires_grad_(mode == "train")
+                ref_y, ref_g = run_case(module, x, mask, weights, "cpu")
+                cases.append((name, side, mode, module, x, mask, weights, ref_y, ref_g))
+    return cases
+
+
+def case_checks(references, kernel, device, precisions):
+    """One deferred check per (case, mode, precision): the kernel on `device` against the float64 reference."""
+    for name, side, mode, reference, x, mask, weights, ref_y, ref_g in references:
+        for precision in precisions:
+            def check(precision=precision, name=name, side=side, mode=mode, reference=reference, x=x, mask=mask,
+                      weights=weights, ref_y=ref_y, ref_g=ref_g):
+                autocast = getattr(torch, precision.split("-")[1]) if precision.startswith("autocast") else None
+                dtype = torch.float32 if autocast else getattr(torch, precision)
+                bound = BOUNDS[precision]
+                row = dict(kernel=kernel, check=f"{name}, {side} padding, {mode}", precision=precision, bound=bound)
+
+                def compute():
                     module = copy.deepcopy(reference).to(device, dtype).train(mode == "train")
                     module.kernel = kernel
-                    check = f"{name}, {side} padding, {mode}" + (", blockwise kernel" if kernel == "blockwise" else "")
-                    row = dict(check=check, precision=precision, bound=BOUNDS[precision])
-                    try:
+                    with pinned_noise():
                         y, g = run_case(module, x, mask, weights, device, dtype, autocast)
-                    except Exception:  # report it in the row, and go on with the other cases
-                        rows.append(dict(row, output_error=float("nan"), gradient_error=float("nan"), ok=False,
-                                         error=traceback.format_exc()[-1500:]))
-                        continue
                     err_y, err_g = relative_error(y, ref_y), relative_error(g, ref_g)
-                    ok = math.isfinite(err_y) and math.isfinite(err_g) and max(err_y, err_g) <= BOUNDS[precision]
-                    rows.append(dict(row, output_error=err_y, gradient_error=err_g, ok=ok))
-        rows += decoding(device, [p for p in ("float32", "bfloat16") if p in precisions])
-    return rows + dropout_checks(device)
+                    return err_y, err_g, math.isfinite(err_y) and math.isfinite(err_g) and max(err_y, err_g) <= bound
+
+                return attempt(row, compute)
+
+            yield check
 
 
-def decoding(device, precisions=("float32", "bfloat16")):
-    """Causal EVA fed one token at a time (the cache) equals the full forward, on CUDA."""
-    rows = []
-    for dtype in (getattr(torch, p) for p in precisions):
-        torch.manual_seed(1)
-        module = EVAAttention(128, 4, use_rpe=True, **CASES["causal"]).to(device, dtype).eval()
-        x = torch.randn(2, 77, 128, device=device, dtype=dtype)
-        with torch.no_grad():
-            full = module(x)
-            cache = {}
-            steps = torch.cat([module(x[:, t : t + 1], cache=cache) for t in range(x.size(1))], dim=1)
-        err = relative_error(steps, full.double().cpu())
-        bound = BOUNDS[str(dtype).split(".")[1]]
-        rows.append(dict(check="causal, incremental decoding = full forward", precision=str(dtype).split(".")[1],
-                         output_error=err, gradient_error=float("nan"), bound=bound, ok=err <= bound))
-    return rows
+def decoding_checks(kernel, device, precisions):
+    """Causal EVA fed one token at a time (the cache) equals the full forward (which runs the kernel)."""
+    for precision in [p for p in ("float32", "bfloat16") if p in precisions]:
+        def check(precision=precision):
+            bound = BOUNDS[precision]
+            row = dict(kernel=kernel, check="causal, incremental decoding = full forward", precision=precision, bound=bound)
+
+            def compute():
+                torch.manual_seed(1)
+                module = EVAAttention(128, 4, use_rpe=True, kernel=kernel, **CASES["causal"])
+                module = module.to(device, getattr(torch, precision)).eval()
+                x = torch.randn(2, 77, 128, device=device, dtype=getattr(torch, precision))
+                with torch.no_grad():
+                    full = module(x)
+                    cache = {}
+                    steps = torch.cat([module(x[:, t : t + 1], cache=cache) for t in range(x.size(1))], dim=1)
+                err = relative_error(steps, full.double().cpu())
+                return err, float("nan"), err <= bound
+
+            return attempt(row, compute)
+
+        yield check
 
 
-def dropout_checks(device, p=0.1, draws=400):
-    """Attention dropout 0.1 with a trainable RPE, float32: the same seed gives the same output and gradients,
+def dropout_checks(kernel, device, draws, p=0.1):
+    """Attention dropout 0.1 with a trainable RPE, float32: the same seed gives the same output and gradients
+    (up to rounding: a kernel may sum in another order each call; another mask moves the output by ~0.3),
     and the mean output over `draws` masks is the output without dropout, within three standard errors
     (relative error of the mean against that of one draw / sqrt(draws))."""
-    rows = []
     for name, options in CASES.items():
-        torch.manual_seed(2)
-        module = EVAAttention(128, 4, use_rpe=True, dropout=p, **options).to(device).train()
-        x = torch.randn(2, 300, 128, device=device, requires_grad=True)
+        state = {}
 
-        def run(seed):
-            torch.manual_seed(seed)
-            y = module(x)
-            return y, torch.autograd.grad(y.square().sum(), [x, *module.parameters()])
+        def setup(name=name, options=options):
+            torch.manual_seed(2)
+            module = EVAAttention(128, 4, use_rpe=True, dropout=p, kernel=kernel, **options).to(device).train()
+            x = torch.randn(2, 300, 128, device=device, requires_grad=True)
 
-        with pinned_noise():
-            (y1, g1), (y2, g2) = run(0), run(0)
-        # the same masks: equal up to rounding (CUDA's fused kernels may sum in a different order each call;
-        # other masks would differ by ~0.3, one draw's distance below)
-        y_diff = relative_error(y1.detach(), y2.detach().double().cpu())
-        g_diff = relative_error(torch.cat([g.flatten() for g in g1]), torch.cat([g.flatten() for g in g2]).double().cpu())
-        rows.append(dict(check=f"{name}, dropout {p}: same seed, same output and gradients", precision="float32",
-                         output_error=y_diff, gradient_error=g_diff, bound=1e-5, ok=max(y_diff, g_diff) <= 1e-5))
-        with torch.no_grad(), pinned_noise():
-            mean = sum(module(x) for _ in range(draws)) / draws
-            module.dropout.p = 0.0
-            plain = module(x)
-            module.dropout.p = p
-        err = relative_error(mean, plain.double().cpu())
-        dropped = relative_error(y1.detach(), plain.double().cpu())  # one draw: far from it (the mask applies)
-        bound = 3 * dropped / math.sqrt(draws)  # three standard errors of the mean
-        rows.append(dict(check=f"{name}, dropout {p}: mean of {draws} draws = no dropout (one draw: {dropped:.2f})",
-                         precision="float32", output_error=err, gradient_error=float("nan"), bound=bound,
-                         ok=err <= bound and dropped > 1e-2))
+            def run(seed):
+                torch.manual_seed(seed)
+                y = module(x)
+                return y, torch.autograd.grad(y.square().sum(), [x, *module.parameters()])
+
+            with pinned_noise():
+                (y1, g1), (y2, g2) = run(0), run(0)
+            state.update(module=module, x=x, y1=y1.detach())
+            y_diff = relative_error(y1.detach(), y2.detach().double().cpu())
+            g_diff = relative_error(torch.cat([g.flatten() for g in g1]), torch.cat([g.flatten() for g in g2]).double().cpu())
+            return y_diff, g_diff, max(y_diff, g_diff) <= 1e-5
+
+        def replay(name=name, setup=setup):
+            return attempt(dict(kernel=kernel, check=f"{name}, dropout {p}: same seed, same output and gradients",
+                                precision="float32", bound=1e-5), setup)
+
+        def mean(name=name):
+            row = dict(kernel=kernel, check=f"{name}, dropout {p}: mean of {draws} draws = no dropout", precision="float32",
+                       bound=float("nan"))
+
+            def compute():
+                if not state:
+                    raise ValueError(f"kernel {kernel!r}: the replay check before this one did not run")
+                module, x = state["module"], state["x"]
+                with torch.no_grad(), pinned_noise():
+                    total = sum(module(x) for _ in range(draws)) / draws
+                    module.dropout.p = 0.0
+                    plain = module(x)
+                    module.dropout.p = p
+                err = relative_error(total, plain.double().cpu())
+                dropped = relative_error(state["y1"], plain.double().cpu())  # one draw: far from it (the mask applies)
+                row["bound"] = 3 * dropped / math.sqrt(draws)  # three standard errors of the mean
+                row["check"] += f" (one draw: {dropped:.2f})"
+                return err, float("nan"), err <= row["bound"] and dropped > 1e-2
+
+            return attempt(row, compute)
+
+        yield replay
+        yield mean
+
+
+# ------------------------------------------------------------------------------------------------- speed
+
+
+def attention_flops(mechanism, batch, N, heads=HEADS, head_dim=D_MODEL // HEADS):
+    """FLOPs of the attention alone, forward + backward (the issue's count): per head 14 d N times the keys a
+    query sees, N for softmax (N / 2 causal), abs(E) + C for EVA, about w / 2 + N / (2 s) for causal EVA."""
+    if mechanism.startswith("sdpa"):
+        keys = N / 2 if "causal" in mechanism else N
+    elif "causal" in mechanism:
+        keys = CAUSAL_WINDOW / 2 + N / (2 * CHUNK_SIZE)
+    else:
+        keys = WINDOW + CHUNKS
+    return 14 * head_dim * N * keys * batch * heads
+
+
+def auto_kernel(device, dtype, dropout, bias_grad):
+    """The kernel that kernel="auto" picks for a training call, where the kernel registry says (else None)."""
+    try:
+        from fairseq_eva.attention import kernels
+
+        q = torch.empty(1, HEADS, 64, D_MODEL // HEADS, device=device, dtype=dtype)
+        return kernels.choose("auto", q, needs_grad=True, dropout=dropout, bias_grad=bias_grad).name
+    except Exception:  # no registry, or none of its kernels takes the call
+        return None
+
+
+def measure_speed(N, batch, kernel, device, dtype, repeats, min_time):
+    """Rows (benchmarks/speed.py's fields, plus batch, FLOPs, TFLOPS, or an error) of every layer at (N, batch)."""
+    torch.manual_seed(0)
+    H, d = HEADS, D_MODEL // HEADS
+    x = torch.randn(batch, N, D_MODEL, device=device, dtype=dtype, requires_grad=True)
+    grad = torch.randn_like(x)
+    q, k, v = (torch.randn(batch, N, H, d, device=device, dtype=dtype).transpose(1, 2).requires_grad_() for _ in range(3))
+    grad_heads = torch.randn(batch, N, H, d, device=device, dtype=dtype).transpose(1, 2)
+    layers, rows = {}, []
+    for name, build in LAYERS.items():
+        try:
+            layer = build(kernel).to(device, dtype).train()
+            speed.layer_call(layer, x, grad)()  # runs, and compiles what it compiles, before the timing
+            speed.attention_call(layer, q, k, v, grad_heads)()
+            layers[name] = layer
+        except Exception as error:  # one failing layer (out of memory, a refusal) does not cost the others
+            rows.append(dict(N=N, batch=batch, mechanism=name, error=(str(error).splitlines() or [repr(error)])[0][:300]))
+            layers.pop(name, None)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    timed = {**layers, "projections": baselines.ProjectedAttention(D_MODEL, H, lambda q, k, v: q + k + v).to(device, dtype)}
+    clock = common.clock("wall")
+    layer_times = common.time_interleaved({n: speed.layer_call(m, x, grad) for n, m in timed.items()}, device, repeats,
+                                          min_time, 20.0, clock)
+    attention_times = common.time_interleaved({n: speed.attention_call(m, q, k, v, grad_heads) for n, m in layers.items()},
+                                              device, repeats, min_time, 20.0, clock)
+    for name, layer in timed.items():
+        row = dict(N=N, batch=batch, mechanism=name, layer_s=common.median(layer_times[name]), layer_samples=layer_times[name],
+                   peak_bytes=common.peak_memory(speed.layer_call(layer, x, grad), device))
+        if name in attention_times:
+            row.update(attention_s=common.median(attention_times[name]), attention_samples=attention_times[name],
+                       flops=attention_flops(name, batch, N))
+            row["tflops"] = row["flops"] / row["attention_s"] / 1e12
+        rows.append(row)
     return rows
 
 
-def runnable(mechanisms, errors, N=1024):
-    """The mechanisms whose layer runs forward + backward on CUDA in bfloat16; the others' errors go to
-    `errors` (so that one failing layer does not cost the table)."""
-    kept = []
-    for name in mechanisms:
+def speed_part(shapes, kernel, device, dtype, repeats, min_time, deadline, emit):
+    """Measures (N, batch) after (N, batch) while the budget lasts; emit(rows) after each."""
+    rows = []
+    for N, batch in shapes:
+        if time.monotonic() > deadline:
+            rows.append(dict(N=N, batch=batch, mechanism="all", error=OUT_OF_TIME))
+            emit(rows)
+            continue
         try:
-            layer = speed.MECHANISMS[name][0](512, 8).to("cuda", torch.bfloat16).train()
-            layer(torch.randn(1, N, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)).sum().backward()
-            kept.append(name)
-        except Exception:
-            errors[f"speed, {name}"] = traceback.format_exc()[-3000:]
-    return kept
+            rows += measure_speed(N, batch, kernel, device, dtype, repeats, min_time)
+        except Exception as error:  # out of memory while timing, say: the next shape still runs
+            rows.append(dict(N=N, batch=batch, mechanism="all", error=(str(error).splitlines() or [repr(error)])[0][:300]))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        emit(rows)
+    return rows
 
 
-def speed_check(out, quick, errors, batch=1, lengths=None, name="speed"):
-    """Layer forward + backward, bfloat16: batch 1 at N = 1024 ... 32768 (with plot), or the given lengths."""
-    lengths = lengths or ["1024", "2048", "4096", "8192"] + ([] if quick else ["16384", "32768"])
-    mechanisms = runnable(["sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout"], errors)
-    plot = ["--plot", os.path.join(out, f"{name}.png")] if batch == 1 else ["--plot", ""]
-    return speed.main(["--device", "cuda", "--dtype", "bfloat16", "--batch", str(batch), "--lengths", *lengths,
-                       "--mechanisms", *mechanisms, "--repeats", "5", "--min-time", "0.05", "--budget", "5",
-                       "--json", os.path.join(out, f"{name}.json"), *plot])
+def ratios(rows):
+    """benchmarks/speed.py's speed-ups and memory ratios of the rows that were measured."""
+    return speed.ratios([r for r in rows if "layer_s" in r])
+
+
+# ------------------------------------------------------------------------------------------------ fairseq
 
 
 def fairseq_env():
     return {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONWARNINGS": "ignore"}
 
 
-def tool(name, *args, log=None):
-    """Runs a fairseq command-line tool with this Python (so that the same fairseq and torch are used)."""
-    code = f"import sys; from fairseq_cli.{name} import cli_main; sys.argv[0] = '{name}'; sys.exit(cli_main())"
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=fairseq_env())
-    if log:
-        with open(log, "w") as f:
-            f.write(proc.stdout + proc.stderr)
-    if proc.returncode != 0 and not (name == "train" and "done training" in proc.stdout + proc.stderr):
-        raise RuntimeError(f"fairseq {name} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return proc.stdout + proc.stderr
+def run_tool(code, args, log, timeout):
+    """Runs fairseq code with this Python (the same fairseq and torch), its output into `log`; returns
+    (return code or None on a timeout, the output)."""
+    with open(log, "w") as f:
+        try:
+            returncode = subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=f, stderr=subprocess.STDOUT,
+                                        env=fairseq_env(), timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            returncode = None
+    with open(log) as f:
+        return returncode, f.read()
 
 
-def fairseq_check(out, quick, device_args=("--fp16",), updates=None, data=None):
-    updates = updates or (50 if quick else 200)
-    data = data or os.path.join(out, "data")
-    mt, lm = os.path.join(data, "mt-bin"), os.path.join(data, "lm-bin")
-    if not os.path.exists(os.path.join(mt, "dict.en.txt")):
-        tool("preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", f"{SAMPLE}/po_en_de/train",
-             "--validpref", f"{SAMPLE}/po_en_de/valid", "--destdir", mt, "--joined-dictionary", "--nwordssrc", "8000",
-             "--workers", "4")
-    if not os.path.exists(os.path.join(lm, "dict.txt")):
-        tool("preprocess", "--only-source", "--trainpref", f"{SAMPLE}/doc_en/train.txt", "--validpref",
-             f"{SAMPLE}/doc_en/valid.txt", "--destdir", lm, "--nwordssrc", "8000", "--workers", "4")
-    train_args = ["--user-dir", os.path.join(REPO, "fairseq_eva"), *device_args, "--optimizer", "adam", "--lr", "5e-4",
-              "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--max-update", str(updates), "--no-save",
-              "--log-format", "json", "--log-interval", str(max(1, updates // 20)), "--seed", "1", "--disable-validation",
-              "--num-workers", "0"]
-    runs = {
-        "translation, EVA encoder": [mt, "--arch", "transformer_eva_tiny", "--max-tokens", "4096", "--share-all-embeddings"],
-        "translation, softmax": [mt, "--arch", "transformer_eva_tiny", "--encoder-attention", "softmax", "--max-tokens", "4096",
-                                 "--share-all-embeddings"],
-        "LM, causal EVA (RPE, dropout 0.1)": [lm, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
-                                              "--tokens-per-sample", "512", "--max-tokens", "4096", "--attention-dropout", "0.1"],
-        "LM, softmax": [lm, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny", "--decoder-attention", "softmax",
-                        "--tokens-per-sample", "512", "--max-tokens", "4096", "--attention-dropout", "0.1"],
-    }
+def cli(module, prog):
+    return f"import sys; from fairseq_cli.{module} import cli_main; sys.argv[0] = '{prog}'; sys.exit(cli_main())"
+
+
+def prepare_data(work):
+    """The bundled sample binarised by fairseq-preprocess (8000 words) into WORK/data, once: mt (en-de, a joined
+    dictionary) and lm."""
+    mt, lm = os.path.join(work, "data", "mt-bin"), os.path.join(work, "data", "lm-bin")
+    jobs = [(mt, "dict.en.txt", ["--source-lang", "en", "--target-lang", "de", "--trainpref", f"{SAMPLE}/po_en_de/train",
+                                 "--validpref", f"{SAMPLE}/po_en_de/valid", "--joined-dictionary"]),
+            (lm, "dict.txt", ["--only-source", "--trainpref", f"{SAMPLE}/doc_en/train.txt", "--validpref",
+                              f"{SAMPLE}/doc_en/valid.txt"])]
+    for dest, marker, args in jobs:
+        if os.path.exists(os.path.join(dest, marker)):
+            continue
+        log = os.path.join(work, "logs", f"preprocess_{os.path.basename(dest)}.log")
+        code, text = run_tool(cli("preprocess", "fairseq-preprocess"), [*args, "--destdir", dest, "--nwordssrc", "8000",
+                                                                        "--workers", "4"], log, 600)
+        if code != 0:
+            raise RuntimeError(f"fairseq-preprocess failed ({code}):\n{text[-3000:]}")
+    return {"mt": mt, "lm": lm}
+
+
+def train_row(name, returncode, text, seconds, timeout):
+    """What a fairseq training log shows: losses, words/s (median of wps after the first logged interval)."""
+    records = common.fairseq_json_records(text, "train_inner")
+    losses = [r["loss"] for r in records]
+    wps = [r["wps"] for r in records[1:]]
+    nan = float("nan")
+    return dict(run=name, returncode=returncode, timed_out=returncode is None, seconds=seconds,
+                done="done training" in text, aborted="terminate called" in text, intervals=len(records),
+                first_loss=losses[0] if losses else nan, last_loss=losses[-1] if losses else nan,
+                words_per_second=sorted(wps)[len(wps) // 2] if wps else nan, wps=wps,
+                error=None if returncode == 0 else (f"timed out after {timeout:.0f} s" if returncode is None else text[-2000:]))
+
+
+def hydra_overrides(config, data, save, s):
+    """The config as users run it, on the sample: few updates, no checkpoints, no validation, the data
+    loaded in the training process, update_freq 1 (words/s is per token; the configs' update_freq is for
+    their 8-GPU batch); --smoke: on the CPU, tiny models and short sequences."""
+    over = [f"task.data={data}", f"common.user_dir={REPO}/fairseq_eva", f"checkpoint.save_dir={save}",
+            f"optimization.max_update={s['updates']}", f"common.log_interval={s['log_interval']}", "checkpoint.no_save=true",
+            "dataset.disable_validation=true", "dataset.num_workers=0", "optimization.update_freq=[1]", *s["hydra"]]
+    if config.startswith("wikitext103"):
+        over += ["+model.adaptive_input_cutoff='2000,5000'", "+model.adaptive_softmax_cutoff='2000,5000'"]
+    if s["device"] == "cpu":
+        if config.startswith("wmt14"):
+            over += ["+model.encoder_layers=1", "+model.decoder_layers=1", "+model.encoder_embed_dim=32",
+                     "+model.decoder_embed_dim=32", "+model.encoder_ffn_embed_dim=64", "+model.decoder_ffn_embed_dim=64",
+                     "+model.encoder_attention_heads=2", "+model.decoder_attention_heads=2"]
+        elif config.startswith("wikitext103"):
+            over += ["+model.decoder_layers=1", "+model.decoder_embed_dim=32", "+model.decoder_input_dim=32",
+                     "+model.decoder_output_dim=32", "+model.decoder_ffn_embed_dim=64", "+model.decoder_attention_heads=2",
+                     "dataset.max_tokens=1024"]
+        else:
+            over += ["+model.encoder_layers=1", "+model.encoder_embed_dim=32", "+model.encoder_ffn_embed_dim=64",
+                     "+model.encoder_attention_heads=2", "task.tokens_per_sample=512", "model.max_positions=512",
+                     "dataset.batch_size=2"]
+    return over
+
+
+def paper_configs(s, data, work, deadline, emit):
     rows = []
-    for name, args in runs.items():
-        log = os.path.join(out, re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".log")
-        start = time.time()
-        text = tool("train", *args, *train_args, log=log)  # (an abort at exit after "done training" is logged, not fatal)
-        records = common.fairseq_json_records(text, "train_inner")
-        losses = [r["loss"] for r in records]
-        wps = [r["wps"] for r in records[1:]]  # the first interval holds the start-up
-        nan = float("nan")
-        rows.append(dict(run=name, updates=updates, first_loss=losses[0] if losses else nan,
-                         last_loss=losses[-1] if losses else nan, finite=bool(losses) and all(map(math.isfinite, losses)),
-                         words_per_second=sorted(wps)[len(wps) // 2] if wps else nan, seconds=time.time() - start))
+    for config in [name for eva, _, softmax in PAPER_CONFIGS for name in (eva, softmax)]:
+        kind = next(k for eva, k, softmax in PAPER_CONFIGS if config in (eva, softmax))
+        left = deadline - time.monotonic()
+        if left < 15:
+            rows.append(dict(run=config, error=OUT_OF_TIME))
+            emit(rows)
+            continue
+        save = os.path.join(work, "runs", config)
+        timeout = min(s["run_timeout"], left)
+        start = time.monotonic()
+        args = ["--config-dir", os.path.join(REPO, "configs"), "--config-name", config,
+                *hydra_overrides(config, data[kind], save, s)]
+        log = os.path.join(work, "logs", config + ".log")
+        code, text = run_tool(cli("hydra_train", "fairseq-hydra-train"), args, log, timeout)
+        rows.append(train_row(config, code, text, time.monotonic() - start, timeout))
+        emit(rows)
     return rows
 
 
-def summary(result):
-    lines = [f"# GPU check on {result['device']} (torch {result['torch']})", ""]
-    if result.get("correctness"):
-        lines += ["| check | precision | output error | gradient error | bound | ok |", "|---|---|---|---|---|---|"]
-        for r in result["correctness"]:
-            lines.append(f"| {r['check']} | {r['precision']} | {r['output_error']:.2e} | {r['gradient_error']:.2e} | "
-                         f"{r['bound']:.0e} | {'yes' if r['ok'] else 'NO'} |")
-        lines.append("")
-    for key, batch in (("speed", 1), (f"speed_batch{BATCH}", BATCH)):
-        if not result.get(key):
+# the control of the clean-exit check: fairseq-train with the atexit hook of fairseq_eva/clean_exit.py removed (the
+# plugin imported after fairseq_cli.train, which sets up the logging, and before cli_main, which would register it)
+WITHOUT_FIX = ("import atexit, sys; from fairseq_cli.train import cli_main; from fairseq_eva import clean_exit; "
+               "atexit.unregister(clean_exit.stop_background_loaders); sys.argv[0] = 'fairseq-train'; sys.exit(cli_main())")
+
+
+def clean_exit_check(s, data, work, deadline, emit):
+    """The tiny EVA translation model, fairseq-train, as the check ran it when it aborted at exit: 200 updates
+    of 33-batch epochs end 2 batches into the 7th, with fairseq's prefetching thread busy."""
+    args = [data["mt"], "--arch", "transformer_eva_tiny", "--max-tokens", "4096", "--share-all-embeddings",
+            "--user-dir", os.path.join(REPO, "fairseq_eva"), *s["train"], "--optimizer", "adam", "--lr", "5e-4",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "50", "--max-update", s["exit_updates"], "--no-save",
+            "--log-format", "json", "--log-interval", max(1, s["exit_updates"] // 20), "--seed", "1", "--disable-validation",
+            "--num-workers", "0"]
+    rows = []
+    for name, code in (("translation, EVA encoder", cli("train", "fairseq-train")),
+                       ("the same, clean_exit switched off (control)", WITHOUT_FIX)):
+        left = deadline - time.monotonic()
+        if left < 15:
+            rows.append(dict(run=name, error=OUT_OF_TIME))
+            emit(rows)
             continue
-        lines += [f"Batch {batch}:", "", "| N | mechanism | layer fwd+bwd (ms) | peak (MiB) |", "|---|---|---|---|"]
-        for r in result[key]["rows"]:
-            lines.append(f"| {r['N']} | {r['mechanism']} | {1e3 * r['layer_s']:.2f} | {r.get('peak_bytes', 0) / 2**20:.0f} |")
-        lines += ["", "| N | mechanism vs baseline | layer speed-up | memory ratio |", "|---|---|---|---|"]
-        for s in result[key]["speedups"]:
-            memory = s.get("memory_ratio", float("nan"))
-            lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | {memory:.2f} |")
-        lines.append("")
-    if result.get("fairseq"):
-        lines += ["| fairseq-train --fp16 | updates | first loss | last loss | finite | words/s | seconds |",
+        start = time.monotonic()
+        log = os.path.join(work, "logs", re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".log")
+        returncode, text = run_tool(code, args, log, min(s["run_timeout"], left))
+        rows.append(train_row(name, returncode, text, time.monotonic() - start, min(s["run_timeout"], left)))
+        emit(rows)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def versions():
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    try:
+        git = ["git", "-C", REPO]
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+        commit = (commit + (" (with uncommitted changes)" if dirty else "")) or "unknown"
+    except OSError:
+        commit = "unknown"
+    return dict(torch=torch.__version__, triton=triton_version, python=platform.python_version(), commit=commit)
+
+
+def targets(result):
+    """The issue's targets, from the 65,536-token table and the paper configs: value, bound, met."""
+    found = {(s["mechanism"], s["baseline"], s["N"]): s for s in result.get("speed_tokens", {}).get("ratios", [])}
+    wps = {r["run"]: r.get("words_per_second", float("nan")) for r in result.get("paper_configs", {}).get("rows", [])}
+    out = []
+    for quantity, mech, base, N, bound, kind in TARGETS:
+        if quantity == "words/s ratio":
+            value = wps.get(mech, float("nan")) / wps.get(base, float("nan"))
+        else:
+            s = found.get((mech, base, N), {})
+            value = {"speed-up": s.get("layer_speedup"), "memory ratio": s.get("memory_ratio"),
+                     "time ratio": 1 / s["layer_speedup"] if s.get("layer_speedup") else None}[quantity]
+        value = float("nan") if value is None else value
+        met = (value >= bound if kind == "min" else value <= bound) if math.isfinite(value) else None
+        out.append(dict(quantity=quantity, mechanism=mech, baseline=base, N=N, value=value, bound=bound, kind=kind, met=met))
+    return out
+
+
+def number(x, fmt):
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+def summary(result):
+    v = result["versions"]
+    lines = [f"# GPU check on {result['device']}", "",
+             f"torch {v['torch']}, Triton {v['triton']}, Python {v['python']}, commit {v['commit']}; "
+             f"{'--smoke (the CPU, tiny sizes)' if result['smoke'] else 'the full check'}; {result['date']}", "",
+             "| part | seconds | budget | status |", "|---|---|---|---|"]
+    for part, info in result["parts"].items():
+        lines.append(f"| {part} | {info['seconds']:.0f} | {number(info['budget'], '.0f')} | {info['status']} |")
+    lines.append("")
+    rows = result.get("correctness", {}).get("rows", [])
+    if rows:
+        counts = {k: sum(r["status"] == k for r in rows) for k in ("ok", "FAIL", "n/a", "skipped")}
+        lines += ["## Correctness against the float64 CPU reference", "", ", ".join(f"{n} {k}" for k, n in counts.items()), "",
+                  "| kernel | check | precision | output error | gradient error | bound | status |",
                   "|---|---|---|---|---|---|---|"]
-        for r in result["fairseq"]:
-            lines.append(f"| {r['run']} | {r['updates']} | {r['first_loss']:.2f} | {r['last_loss']:.2f} | "
-                         f"{'yes' if r['finite'] else 'NO'} | {r['words_per_second']:.0f} | {r['seconds']:.0f} |")
-    for r in result.get("correctness", []):
-        if r.get("error"):
-            lines.append(f"\n{r['check']}, {r['precision']}:\n{r['error']}")
-    for name, error in result.get("errors", {}).items():
-        lines.append(f"\n{name} FAILED: {error}")
-    return "\n".join(lines)
+        for r in rows:
+            lines.append(f"| {r['kernel']} | {r['check']} | {r['precision']} | {number(r['output_error'], '.2e')} | "
+                         f"{number(r['gradient_error'], '.2e')} | {number(r['bound'], '.0e')} | {r['status']} |")
+        for r in rows:  # a failure's traceback each; the other notes once per kernel
+            if r["status"] == "FAIL" and r.get("note"):
+                lines.append(f"\n{r['kernel']}, {r['check']}, {r['precision']} FAILED:\n{r['note']}")
+        for kernel, note in dict.fromkeys((r["kernel"], r["note"]) for r in rows if r["status"] != "FAIL" and r.get("note")):
+            lines.append(f"\n{kernel}: {note}")
+        lines.append("")
+    for key, title in (("speed_tokens", f"{result['settings']['tokens']} tokens a call"), ("speed_batch1", "batch 1")):
+        part = result.get(key)
+        if not part:
+            continue
+        picks = ", ".join(f"{layer}: {name}" for layer, name in result["auto_kernel"].items() if name)
+        kernel = part["kernel"] + (f" ({picks})" if part["kernel"] == "auto" and picks else "")
+        lines += [f"## One layer, forward + backward, {result['settings']['dtype']}, {title} (EVA kernel: {kernel})", "",
+                  "| N | batch | layer | fwd+bwd ms | attention ms | attention TFLOPS | peak MiB |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in part["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {r['error']} | | | |")
+                continue
+            attention_ms = 1e3 * r["attention_s"] if "attention_s" in r else None
+            lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {1e3 * r['layer_s']:.2f} | "
+                         f"{number(attention_ms, '.2f')} | {number(r.get('tflops'), '.3g')} | {r['peak_bytes'] / 2**20:.0f} |")
+        lines += ["", "| N | layer vs baseline | speed-up | memory ratio |", "|---|---|---|---|"]
+        for s in part["ratios"]:
+            lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | "
+                         f"{number(s.get('memory_ratio'), '.2f')} |")
+        lines.append("")
+    for key, title in (("paper_configs", "fairseq-hydra-train, the paper's configs on the sample"),
+                       ("clean_exit", "Clean exit: fairseq-train of the tiny EVA translation model")):
+        part = result.get(key)
+        if not part:
+            continue
+        lines += [f"## {title}", "", "| run | exit code | done training | aborted | updates logged | first loss | last loss | "
+                  "words/s | seconds |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in part["rows"]:
+            if "returncode" not in r:
+                lines.append(f"| {r['run']} | {r['error']} | | | | | | | |")
+                continue
+            code = "timed out" if r["timed_out"] else r["returncode"]
+            lines.append(f"| {r['run']} | {code} | {'yes' if r['done'] else 'no'} | {'yes' if r['aborted'] else 'no'} | "
+                         f"{r['intervals']} | {number(r['first_loss'], '.2f')} | {number(r['last_loss'], '.2f')} | "
+                         f"{number(r['words_per_second'], '.0f')} | {r['seconds']:.0f} |")
+        lines.append("")
+    lines += ["## Targets (issue 17)", "", "| measure | N | value | target | met |", "|---|---|---|---|---|"]
+    for t in targets(result):
+        met = "-" if t["met"] is None else ("yes" if t["met"] else "no")
+        lines.append(f"| {t['quantity']}: {t['mechanism']} vs {t['baseline']} | {t['N'] or ''} | {number(t['value'], '.2f')} | "
+                     f"{'>=' if t['kind'] == 'min' else '<='} {t['bound']} | {met} |")
+    for part, info in result["parts"].items():
+        if info.get("error"):
+            lines.append(f"\n{part} FAILED:\n{info['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def write(result, out):
+    result["targets"] = targets(result)
+    with open(os.path.join(out, "gpu_check.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    with open(os.path.join(out, "gpu_check.md"), "w") as f:
+        f.write(summary(result))
+
+
+def failed(result):
+    """Whether something is wrong (not merely unavailable, skipped or slow): a failed part or row, a run
+    that did not exit 0 or logged a non-finite loss (the control of the clean-exit check aside)."""
+    parts = any(info["status"] == "failed" for info in result["parts"].values())
+    rows = any(r["status"] == "FAIL" for r in result.get("correctness", {}).get("rows", []))
+    runs = [r for key in ("paper_configs", "clean_exit") for r in result.get(key, {}).get("rows", [])
+            if "returncode" in r and "control" not in r["run"]]
+    return parts or rows or any(r["returncode"] != 0 for r in runs)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("gpu_check: no CUDA device is visible to torch (torch.cuda.is_available() is False)")
-    os.makedirs(args.out, exist_ok=True)
-    device = torch.device("cuda")
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "errors": {}}
-    batched = f"speed_batch{BATCH}"
-    steps = [("correctness", lambda: correctness(device)), ("speed", lambda: speed_check(args.out, args.quick, result["errors"])),
-             (batched, lambda: speed_check(args.out, args.quick, result["errors"], BATCH, ["4096", "16384"], batched)),
-             ("fairseq", lambda: fairseq_check(args.out, args.quick, data=args.data))]
-    for name, step in steps:
-        if name in args.skip:
-            continue
-        start = time.time()
+    s = settings(args.smoke)
+    if not args.smoke and not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device is visible to torch (torch.cuda.is_available() is False); "
+                 "--smoke runs every part on the CPU at tiny sizes")
+    started = time.monotonic()
+    out = os.path.abspath(args.out)
+    work = os.path.abspath(args.work)
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
+    device, dtype = torch.device(s["device"]), getattr(torch, s["dtype"])
+    machine = common.machine(device)
+    result = dict(device=machine["gpu"] if device.type == "cuda" else machine["cpu"],
+                  versions=versions(), smoke=args.smoke, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  settings={k: v for k, v in s.items() if k not in ("train", "hydra")}, parts={},
+                  auto_kernel={"eva": auto_kernel(device, dtype, 0.0, False),
+                               "eva+rpe+dropout": auto_kernel(device, dtype, 0.1, True)})
+    data = {}
+
+    def run_correctness(deadline):
+        rows = result.setdefault("correctness", {"rows": []})["rows"]
+
+        def emit(row):
+            rows.append(row)
+            write(result, out)
+
+        correctness(device, s["precisions"], s["draws"], deadline=deadline, emit=emit)
+        return "ok" if all(r["status"] != "FAIL" for r in rows) else "failed rows"
+
+    def run_speed(key, shapes):
+        def run(deadline):
+            part = result[key] = {"kernel": args.speed_kernel, "rows": [], "ratios": []}
+
+            def emit(rows):
+                part.update(rows=rows, ratios=ratios(rows))
+                write(result, out)
+
+            speed_part(shapes, args.speed_kernel, device, dtype, s["repeats"], s["min_time"], deadline, emit)
+            return "ok"
+
+        return run
+
+    def run_fairseq(key, check):
+        def run(deadline):
+            part = result[key] = {"rows": []}
+            if not data:
+                data.update(prepare_data(work))
+
+            def emit(rows):
+                part["rows"] = rows
+                write(result, out)
+
+            check(s, data, work, deadline, emit)
+            return "ok"
+
+        return run
+
+    steps = {"correctness": run_correctness,
+             "speed_tokens": run_speed("speed_tokens", [(N, s["tokens"] // N) for N in s["token_lengths"]]),
+             "speed_batch1": run_speed("speed_batch1", [(N, 1) for N in s["batch1_lengths"]]),
+             "paper_configs": run_fairseq("paper_configs", paper_configs),
+             "clean_exit": run_fairseq("clean_exit", clean_exit_check)}
+    for name in [p for p in PARTS if p in args.parts]:
+        start = time.monotonic()
+        # --smoke has no budgets: a loaded CPU is slow, and the tests check the budgets on their own
+        deadline = math.inf if args.smoke else min(start + BUDGETS[name], started + args.budget)
+        info = result["parts"][name] = dict(budget=deadline - start, seconds=0.0, status="running")
         try:
-            value = step()
-            result[name] = {"rows": value[0], "speedups": value[1]} if name.startswith("speed") else value
+            info["status"] = steps[name](deadline)
         except Exception:  # one failing part must not hide the others' results
-            result["errors"][name] = traceback.format_exc()[-3000:]
-        print(f"[gpu_check] {name}: {time.time() - start:.0f} s", flush=True)
-        with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
-            json.dump(result, f, indent=1, default=str)
-    text = summary(result)
-    with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
-        f.write(text + "\n")
-    print(text)
-    failed = result["errors"] or any(not r["ok"] for r in result.get("correctness", [])) or any(
-        not r["finite"] for r in result.get("fairseq", []))
-    return 1 if failed else 0
+            info.update(status="failed", error=traceback.format_exc()[-3000:])
+        info["seconds"] = time.monotonic() - start
+        if info["seconds"] > info["budget"]:
+            info["status"] += ", over budget"
+        print(f"[gpu_check] {name}: {info['seconds']:.0f} s of {number(info['budget'], '.0f')} ({info['status']}); "
+              f"{time.monotonic() - started:.0f} s in all", flush=True)
+        write(result, out)
+    print(summary(result))
+    return 1 if failed(result) else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The GPU check (benchmarks/gpu_check.py, `make gpu-check`) as far as a CPU can run it: the correctness
-table against the float64 reference, the summary, the refusal without CUDA; its fairseq part without --fp16
-(slow). On a machine with CUDA the `cuda` tests run the real thing."""
+table against the float64 reference, the time budgets, the FLOP count and the targets, the refusal without
+CUDA, and (slow) the whole check with --smoke, every part on the CPU. On a machine with CUDA the `cuda`
+test runs the correctness part for real."""
 
+import json
 import math
+import os
 import subprocess
 import sys
 
@@ -11,16 +14,35 @@ import torch
 
 from benchmarks import gpu_check
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def correctness_rows(*args, **kwargs):
+    rows = []
+    gpu_check.correctness(*args, emit=rows.append, **kwargs)
+    return rows
+
+
 def test_correctness_table_on_the_cpu():
-    rows = gpu_check.correctness(torch.device("cpu"), ("float32",))
-    assert len(rows) == 2 * 3 + 1 + 2 * 2  # (bidirectional, causal) x (train, blockwise, eval), decoding, dropout
-    assert all(r["ok"] for r in rows), rows
-    assert all(r["output_error"] < 1e-5 for r in rows if "dropout" not in r["check"]), rows
-    text = gpu_check.summary({"device": "cpu", "torch": torch.__version__, "correctness": rows, "errors": {}})
-    assert text.count("| yes |") == len(rows)
+    rows = correctness_rows(torch.device("cpu"), ("float32",), 100, kernels=("no-such-kernel", "blockwise"))
+    missing, *measured = rows
+    assert missing["kernel"] == "no-such-kernel" and missing["status"] == "n/a" and "no-such-kernel" in missing["note"]
+    # (bidirectional, causal) x (train, eval), decoding, (bidirectional, causal) x (replay, mean of draws)
+    assert len(measured) == 2 * 2 + 1 + 2 * 2
+    assert all(r["kernel"] == "blockwise" and r["status"] == "ok" for r in measured), measured
+    assert all(r["output_error"] < 1e-5 for r in measured if "dropout" not in r["check"]), measured
+    text = gpu_check.summary(dict(result(), correctness={"rows": rows}))
+    assert text.count("| ok |") == len(measured) and "9 ok, 0 FAIL, 1 n/a, 0 skipped" in text
+
+
+def test_a_wrong_result_is_a_failed_row_and_a_refusal_is_not():
+    row = dict(kernel="k", check="c", precision="float32", bound=1e-4)
+    assert gpu_check.attempt(row, lambda: (0.5, 0.5, False))["status"] == "FAIL"
+    refusal = gpu_check.attempt(row, lambda: (_ for _ in ()).throw(ValueError("the EVA kernel 'k' cannot run this call")))
+    assert refusal["status"] == "n/a" and "cannot run" in refusal["note"]
+    crash = gpu_check.attempt(row, lambda: 1 / 0)
+    assert crash["status"] == "FAIL" and "ZeroDivisionError" in crash["note"]
 
 
 def test_relative_error_flags_a_wrong_output():
@@ -29,19 +51,110 @@ def test_relative_error_flags_a_wrong_output():
     assert gpu_check.relative_error(ref.float() * 1.01, ref) == pytest.approx(0.01, rel=1e-3)
 
 
+def test_a_spent_budget_skips_what_is_left(tmp_path):
+    """Past its deadline a part writes what it skipped, and starts nothing."""
+    rows = correctness_rows(torch.device("cpu"), ("float32",), 10, kernels=("blockwise",), deadline=0)
+    assert [r["status"] for r in rows] == ["skipped"]
+    emitted = []
+    speed_rows = gpu_check.speed_part([(256, 2), (512, 1)], "auto", torch.device("cpu"), torch.float32, 1, 0.0, 0, emitted.append)
+    assert [r["error"] for r in speed_rows] == [gpu_check.OUT_OF_TIME] * 2 and emitted
+    for check in (gpu_check.paper_configs, gpu_check.clean_exit_check):
+        runs = check(gpu_check.settings(True), {"mt": "-", "lm": "-"}, str(tmp_path), 0, lambda rows: None)
+        assert runs and all(r["error"] == gpu_check.OUT_OF_TIME for r in runs)
+    assert not list(tmp_path.iterdir())  # no run started
+
+
+def test_a_layer_that_fails_is_a_row_not_a_lost_table():
+    """The EVA layers refuse an unknown kernel; the SDPA layers are still timed, and their ratio to nothing is not made."""
+    cpu = torch.device("cpu")
+    rows = gpu_check.speed_part([(256, 1)], "no-such-kernel", cpu, torch.float32, 1, 0.0, math.inf, lambda r: None)
+    failed = {r["mechanism"] for r in rows if "error" in r}
+    assert failed == {m for m in gpu_check.LAYERS if m.startswith("eva")}
+    assert all("no-such-kernel" in r["error"] for r in rows if "error" in r)
+    assert {r["mechanism"] for r in rows if "layer_s" in r} == {"sdpa", "sdpa-causal", "projections"}
+    assert gpu_check.ratios(rows) == []
+
+
+def test_attention_flops_are_the_issues_count():
+    """Issue 17: at N = 8192, 8 heads, d = 64, bidirectional EVA's attention is 22.5 GFLOP forward + backward,
+    21x fewer than softmax's (abs(E) + C = 384 keys a query against 8192)."""
+    eva, sdpa = gpu_check.attention_flops("eva", 1, 8192), gpu_check.attention_flops("sdpa", 1, 8192)
+    assert eva == pytest.approx(22.5e9, rel=5e-3) and sdpa / eva == pytest.approx(8192 / 384)
+    assert gpu_check.attention_flops("sdpa-causal", 2, 8192) == sdpa  # half the logits, twice the batch
+    causal = gpu_check.attention_flops("eva-causal+rpe+dropout", 1, 8192)
+    assert causal == pytest.approx(14 * 64 * 8192 * (128 / 2 + 8192 / 16) * 8)
+
+
+def result(**parts):
+    return dict(device="cpu", smoke=True, date="today", settings=gpu_check.settings(True), parts={}, auto_kernel={},
+                versions=dict(torch="t", triton="x", python="p", commit="c"), **parts)
+
+
+def test_targets_read_the_tables():
+    ratios = [dict(mechanism="eva", baseline="sdpa", N=8192, layer_speedup=6.0, memory_ratio=1.3),
+              dict(mechanism="eva+rpe+dropout", baseline="eva", N=8192, layer_speedup=1 / 1.05)]
+    runs = [dict(run="mlm_eva_4096", words_per_second=150.0), dict(run="mlm_softmax_4096", words_per_second=120.0)]
+    found = {(t["quantity"], t["mechanism"], t["N"]): t for t in
+             gpu_check.targets(result(speed_tokens={"ratios": ratios}, paper_configs={"rows": runs}))}
+    assert found[("speed-up", "eva", 8192)]["met"] is True
+    assert found[("memory ratio", "eva", 8192)]["met"] is False
+    assert found[("time ratio", "eva+rpe+dropout", 8192)]["value"] == pytest.approx(1.05)
+    assert found[("time ratio", "eva+rpe+dropout", 8192)]["met"] is True
+    assert found[("words/s ratio", "mlm_eva_4096", None)]["value"] == pytest.approx(1.25)
+    assert found[("words/s ratio", "mlm_eva_4096", None)]["met"] is False
+    assert found[("speed-up", "eva", 32768)]["met"] is None  # not measured
+
+
+def test_only_the_control_run_may_fail():
+    run = dict(run="translation, EVA encoder", returncode=0)
+    control = dict(run="the same, clean_exit switched off (control)", returncode=-6)
+    assert not gpu_check.failed(result(clean_exit={"rows": [run, control]}))
+    assert gpu_check.failed(result(clean_exit={"rows": [dict(run, returncode=-6), control]}))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
 def test_refuses_to_run_without_cuda():
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True)
-    assert proc.returncode != 0 and "no CUDA device" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "no CUDA device" in proc.stderr and "--smoke" in proc.stderr
 
 
 @pytest.mark.slow
-def test_fairseq_part_on_the_cpu(tmp_path):
-    rows = gpu_check.fairseq_check(str(tmp_path), True, device_args=("--cpu",), updates=3, data=str(tmp_path / "data"))
-    assert len(rows) == 4 and all(r["finite"] and math.isfinite(r["last_loss"]) for r in rows), rows
+def test_smoke_run_writes_every_part(tmp_path):
+    """`--smoke`: the whole check on the CPU at tiny sizes, through its command line; its JSON and markdown
+    hold every part."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "benchmarks.gpu_check", "--smoke", "--out", str(out), "--work", str(tmp_path / "work")]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    data = json.loads((out / "gpu_check.json").read_text())
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert sorted(os.listdir(out)) == ["gpu_check.json", "gpu_check.md"]
+    assert len(list((tmp_path / "work" / "logs").iterdir())) == 2 + 6 + 2  # preprocess, paper configs, clean exit
+    assert list(data["parts"]) == list(gpu_check.PARTS) and all(p["status"] == "ok" for p in data["parts"].values())
+    s = gpu_check.settings(True)
+    correctness = data["correctness"]["rows"]
+    assert {r["kernel"] for r in correctness} == set(gpu_check.KERNELS)
+    assert any(r["kernel"] == "blockwise" and r["status"] == "ok" for r in correctness)
+    for key, shapes in (("speed_tokens", [(N, s["tokens"] // N) for N in s["token_lengths"]]),
+                        ("speed_batch1", [(N, 1) for N in s["batch1_lengths"]])):
+        rows = data[key]["rows"]
+        assert {(r["N"], r["batch"], r["mechanism"]) for r in rows} == {
+            (N, B, m) for N, B in shapes for m in [*gpu_check.LAYERS, "projections"]}
+        assert all(r["layer_s"] > 0 and r["peak_bytes"] > 0 for r in rows)
+        assert all(r["tflops"] > 0 for r in rows if r["mechanism"] != "projections")
+        assert {(x["mechanism"], x["baseline"]) for x in data[key]["ratios"]} >= {("eva", "sdpa"), ("eva-causal", "sdpa-causal")}
+    runs = data["paper_configs"]["rows"] + data["clean_exit"]["rows"]
+    assert [r["run"] for r in data["paper_configs"]["rows"]] == [c for e, _, b in gpu_check.PAPER_CONFIGS for c in (e, b)]
+    for r in runs:
+        assert r["returncode"] == 0 and r["done"] and not r["aborted"], r
+        assert r["intervals"] == s["updates"] and math.isfinite(r["last_loss"]) and r["words_per_second"] > 0, r
+    text = (out / "gpu_check.md").read_text()
+    for title in ("Correctness against the float64 CPU reference", f"{s['tokens']} tokens a call", "batch 1",
+                  "fairseq-hydra-train", "Clean exit", "Targets (issue 17)"):
+        assert title in text
+    assert proc.stdout.count("[gpu_check]") == len(gpu_check.PARTS)
 
 
 @needs_cuda
 def test_cuda_correctness():
-    rows = gpu_check.correctness(torch.device("cuda"))
-    assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    rows = correctness_rows(torch.device("cuda"), tuple(gpu_check.BOUNDS), 400)
+    assert all(r["status"] != "FAIL" for r in rows), [r for r in rows if r["status"] == "FAIL"]
