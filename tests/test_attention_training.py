@@ -197,5 +197,5 @@ def test_the_layer_runs_the_kernel_it_is_given(causal):
 
 
 def test_unknown_kernel_is_named():
-    with pytest.raises(ValueError, match="kernel must be one of auto, blockwise, c_loop, fused, reference; got 'flash'"):
+    with pytest.raises(ValueError, match="kernel must be one of auto, blockwise, c_loop, fused, reference, triton; got 'flash'"):
         EVAAttention(16, 2, kernel="flash")
