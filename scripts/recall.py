@@ -24,6 +24,7 @@ local attention use the relative position bias inside the window, as scripts/lon
 
 import argparse
 import json
+import logging
 import math
 import os
 import re
@@ -243,6 +244,7 @@ def main():
     import torch
 
     torch.set_num_threads(args.threads)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would let it chatter
     bin_dir = build(args)
     for row in args.rows:
         lc.train_row(os.path.join(args.work, row), train_command(args, bin_dir, row), env, args.updates, "updates",
