@@ -115,19 +115,24 @@ def train_command(args, bin_dir, row):
             "--max-update", args.updates, "--save-dir", os.path.join(args.work, row)]
 
 
-def recall_perplexity(checkpoint, bin_dir, split, num_blocks):
+def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False):
     """{"all", "first half", "repeated": perplexity} of a checkpoint on the first blocks of a split of DIR/bin,
     each block fed as fairseq-train feeds it: one block an item, so its source is </s> and the block less its
-    last token."""
+    last token. drop_chunks: EVA layers without their chunk summaries (local attention, the same weights)."""
     import torch
     import torch.nn.functional as F
     from fairseq import checkpoint_utils
     from fairseq.data import indexed_dataset
 
     import fairseq_eva  # noqa: F401  (registers the models)
+    from fairseq_eva.attention import EVAAttention
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": bin_dir})
     model = models[0].eval()
+    if drop_chunks:
+        for module in model.modules():
+            if isinstance(module, EVAAttention):
+                module.chunk_size = 0
     blocks = indexed_dataset.MMapIndexedDataset(os.path.join(bin_dir, split))
     offsets = json.load(open(os.path.join(bin_dir, split + ".offsets.json")))
     num_blocks = min(num_blocks, len(blocks))
@@ -148,12 +153,16 @@ def recall_perplexity(checkpoint, bin_dir, split, num_blocks):
 
 
 def evaluate(args, bin_dir, row):
+    """A row's test perplexities in DIR/ROW/recall.json; an EVA row's also without its chunks."""
     result = os.path.join(args.work, row, "recall.json")
-    if not os.path.exists(result):
-        ppl = recall_perplexity(os.path.join(args.work, row, "checkpoint_last.pt"), bin_dir, "test", args.test_blocks)
+    ppl = json.load(open(result)) if os.path.exists(result) else {}
+    if not ppl or (row.startswith("eva") and "without chunks" not in ppl):
+        checkpoint = os.path.join(args.work, row, "checkpoint_last.pt")
+        ppl = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks)
+        if row.startswith("eva"):
+            ppl["without chunks"] = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks, drop_chunks=True)
         json.dump(ppl, open(result + ".tmp", "w"))
         os.replace(result + ".tmp", result)
-    ppl = json.load(open(result))
     lc.log(f"{row}: test perplexity, first half {ppl['first half']:.2f}, repeated part {ppl['repeated']:.2f}")
     return ppl
 
@@ -167,6 +176,11 @@ def describe(args, row):
     return f"EVA (window {args.window}, chunks of {s}: {(args.tokens_per_sample - args.window) // s} at the end)"
 
 
+def without_chunks(ppl):
+    cut = ppl.get("without chunks")
+    return "-" if cut is None else f"{cut['first half']:.2f}, {cut['repeated']:.2f}"
+
+
 def report(args):
     lines = [f"# Long-range recall: blocks of {args.tokens_per_sample}, second half = first half rotated", "",
              f"Data {os.path.abspath(args.data)}; {args.layers} layers, {args.dim} dims, FFN {args.ffn}, {args.heads} heads; "
@@ -174,8 +188,8 @@ def report(args):
              f"{args.test_blocks} test blocks: on the first half (ordinary language modelling) and on the copyable tokens "
              f"of the second half (each {args.tokens_per_sample // 4} to {args.tokens_per_sample} tokens after its copy).", "",
              "| row | updates | CPU s | CPU s / update | valid ppl (whole blocks) | test ppl, first half | "
-             "test ppl, repeated part |",
-             "|---|---|---|---|---|---|---|"]
+             "test ppl, repeated part | EVA without its chunks at test: first half, repeated part |",
+             "|---|---|---|---|---|---|---|---|"]
     curves = {}
     for row in args.rows:
         save = os.path.join(args.work, row)
@@ -186,7 +200,7 @@ def report(args):
         last, ppl = curve[-1], json.load(open(os.path.join(save, "recall.json")))
         lines.append(f"| {describe(args, row)} | {last['updates']} | {last['cpu_s']:.0f} | "
                      f"{last['cpu_s'] / max(last['updates'], 1):.2f} | {last['ppl']:.2f} | {ppl['first half']:.2f} | "
-                     f"{ppl['repeated']:.2f} |")
+                     f"{ppl['repeated']:.2f} | {without_chunks(ppl)} |")
     lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
     lines += [f"- {row}: `{open(os.path.join(args.work, row, 'command.txt')).read().strip()}`" for row in curves]
     with open(os.path.join(args.work, "results.md"), "w") as f:

@@ -80,6 +80,10 @@ def test_whole_script_on_a_tiny_corpus_then_resumes_without_work(tmp_path):
         # the same checkpoint on the valid blocks, all positions: fairseq's valid perplexity (loss rounded to 3 decimals)
         mine = recall.recall_perplexity(str(work / row / "checkpoint_last.pt"), str(work / "bin"), "valid", 6)
         assert mine["all"] == pytest.approx(curve[-1]["ppl"], rel=1e-3), row
+        assert ("without chunks" in ppl) == (row == "eva4")
+    eva = json.load(open(work / "eva4" / "recall.json"))
+    cut = eva["without chunks"]
+    assert cut["blocks"] == 4 and cut["first half"] != eva["first half"]  # queries after the first window lose their chunks
     text = (work / "results.md").read_text()
     assert "| EVA (window 8, chunks of 4: 14 at the end) | 8 |" in text and "| local (window 8) | 8 |" in text
     before = (work / "eva4" / "train.log").stat().st_mtime
