@@ -35,6 +35,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import long_context as lc  # noqa: E402  (its trainer counts CPU time and records the curve)
 
+ROW = re.compile(r"softmax|local|eva([1-9][0-9]*)")
 SPLITS = {"train": ("train",), "valid": ("valid_small", "valid"), "test": ("test",)}  # ours: theirs, first found
 
 
@@ -176,6 +177,13 @@ def describe(args, row):
     return f"EVA (window {args.window}, chunks of {s}: {(args.tokens_per_sample - args.window) // s} at the end)"
 
 
+def finished_rows(work):
+    """The rows in `work` that have a test result, whatever --rows this run named: softmax, local, then EVA
+    by chunk size."""
+    rows = [r for r in os.listdir(work) if ROW.fullmatch(r) and os.path.exists(os.path.join(work, r, "recall.json"))]
+    return sorted(rows, key=lambda r: (("softmax", "local").index(r), 0) if r in ("softmax", "local") else (2, int(r[3:])))
+
+
 def without_chunks(ppl):
     cut = ppl.get("without chunks")
     return "-" if cut is None else f"{cut['first half']:.2f}, {cut['repeated']:.2f}"
@@ -191,10 +199,8 @@ def report(args):
              "test ppl, repeated part | EVA without its chunks at test: first half, repeated part |",
              "|---|---|---|---|---|---|---|---|"]
     curves = {}
-    for row in args.rows:
+    for row in finished_rows(args.work):
         save = os.path.join(args.work, row)
-        if not os.path.exists(os.path.join(save, "recall.json")):
-            continue
         curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
         curves[row] = curve
         last, ppl = curve[-1], json.load(open(os.path.join(save, "recall.json")))
@@ -234,10 +240,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
     for row in args.rows:
-        match = re.fullmatch(r"eva([1-9][0-9]*)", row)
-        if row not in ("softmax", "local") and not match:
+        match = ROW.fullmatch(row)
+        if not match:
             p.error(f"unknown row {row!r} in --rows: softmax, local or evaS (S: the chunk size)")
-        if match and args.window % int(match.group(1)):
+        if match.group(1) and args.window % int(match.group(1)):
             p.error(f"row {row}: the chunk size {match.group(1)} must divide the window ({args.window})")
     if args.tokens_per_sample % args.window or args.tokens_per_sample // 4 <= args.window:
         p.error(f"--tokens-per-sample ({args.tokens_per_sample}) must be a multiple of the window ({args.window}) and "
