@@ -329,7 +329,7 @@ def report(args):
     log(f"results: {os.path.join(args.work, 'results.md')}")
 
 
-def plot(curves, path, title):
+def plot(curves, path, title, ylabel="valid_small perplexity"):
     try:
         import matplotlib
 
@@ -341,7 +341,7 @@ def plot(curves, path, title):
     fig, ax = plt.subplots(figsize=(6, 4))
     for row, points in curves.items():
         ax.plot([p["cpu_s"] / 60 for p in points], [p["ppl"] for p in points], marker="o", label=row)
-    ax.set(xlabel="training CPU time (min)", ylabel="valid_small perplexity", yscale="log", title=title)
+    ax.set(xlabel="training CPU time (min)", ylabel=ylabel, yscale="log", title=title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=80)

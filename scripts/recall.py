@@ -212,7 +212,8 @@ def report(args):
     with open(os.path.join(args.work, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     if curves:
-        lc.plot(curves, os.path.join(args.work, "curves.png"), f"recall, blocks of {args.tokens_per_sample}")
+        lc.plot(curves, os.path.join(args.work, "curves.png"), f"recall, blocks of {args.tokens_per_sample}",
+                "valid perplexity (whole blocks)")
     lc.log(f"results: {os.path.join(args.work, 'results.md')}")
 
 
