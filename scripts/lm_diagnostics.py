@@ -87,6 +87,14 @@ def layer_stats(attn, x):
     return {name: float(value) for name, value in out.items()}
 
 
+def loss_by_position(nll):
+    """{"a-b": mean loss over positions a..b} of a B x N loss, positions in doubling ranges 0, 1, 2-3, 4-7, ...:
+    a loss still falling in the last ranges means the model uses context that far back."""
+    N = nll.size(1)
+    edges = [0] + [2**i for i in range(N.bit_length())] + [N]
+    return {f"{a}-{min(b, N) - 1}": float(nll[:, a:b].mean()) for a, b in zip(edges, edges[1:]) if a < b and a < N}
+
+
 def print_stats(label, stats):
     print(f"{label}: " + ", ".join(f"{name} {value:.3f}" for name, value in stats.items()))
 
@@ -134,6 +142,7 @@ def checkpoint_report(path, data, subset, num_blocks, window):
              "later windows, positions 8..w/2-1": (pos >= w) & (pos % w >= 8) & (pos % w < w // 2),
              "later windows, positions w/2..w-1": (pos >= w) & (pos % w >= w // 2)}
     print(f"   window w = {w}: " + ", ".join(f"{name} {nll[:, mask].mean():.3f}" for name, mask in parts.items()))
+    print("   loss by position: " + ", ".join(f"{span} {loss:.3f}" for span, loss in loss_by_position(nll).items()))
     for i, (attn, x) in enumerate(zip(layers, inputs)):
         if isinstance(attn, EVAAttention) and attn.causal and not attn.overlap:
             print_stats(f"   layer {i}", layer_stats(attn, x))

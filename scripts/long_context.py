@@ -148,19 +148,26 @@ def train_command(args, bin_dir, task, row):
 
 
 def train(args, bin_dir, task, row, env):
-    save = row_dir(args.work, task, row)
+    train_row(row_dir(args.work, task, row), train_command(args, bin_dir, task, row), env, args.budget_minutes,
+              "CPU minutes")
+
+
+def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
+    """Run a training command (`long_context.py _train ...`) into `save` until it stops at its budget, a
+    number of `unit` written to save/done; a row done at a smaller budget trains on from checkpoint_last.pt
+    (and its `results`, files in save, are removed).
+    Each validation is printed and kept in save/curve.jsonl; the load average in save/load.json."""
     os.makedirs(save, exist_ok=True)
     done = os.path.join(save, "done")  # holds the budget it was trained to
     if os.path.exists(done):
-        if float(open(done).read()) >= args.budget_minutes:
+        if float(open(done).read()) >= budget:
             return
-        for name in ("done", "test_ppl.json"):  # a larger budget: train on from checkpoint_last.pt
+        for name in ("done", *results):  # a larger budget: train on from checkpoint_last.pt
             os.remove(os.path.join(save, name)) if os.path.exists(os.path.join(save, name)) else None
-    cmd = train_command(args, bin_dir, task, row)
     with open(os.path.join(save, "command.txt"), "w") as f:
         f.write(" ".join(str(c) for c in cmd[2:]).replace(sys.executable, "python") + "\n")
     name = os.path.basename(save)
-    log(f"{name}: training for {args.budget_minutes} CPU minutes ({save}/train.log)")
+    log(f"{name}: training for {budget:g} {unit} ({save}/train.log)")
     load = {"start": os.getloadavg()}
     curve = os.path.join(save, "curve.jsonl")
     seen = sum(1 for _ in open(curve)) if os.path.exists(curve) else 0
@@ -173,15 +180,15 @@ def train(args, bin_dir, task, row, env):
                 lines = open(curve).read().splitlines()
                 for line in lines[seen:]:
                     r = json.loads(line)
-                    log(f"{name}: {r['cpu_s']:.0f}/{args.budget_minutes * 60:.0f} CPU s, {r['updates']} updates, "
-                        f"valid_small ppl {r['ppl']:.1f}")
+                    log(f"{name}: {r['cpu_s']:.0f} CPU s, {r['updates']} updates (budget {budget:g} {unit}), "
+                        f"valid ppl {r['ppl']:.1f}")
                 seen = len(lines)
     if proc.returncode != 0:
         sys.exit(f"error: training {name} failed (exit {proc.returncode}); see {save}/train.log")
     load["end"] = os.getloadavg()
     json.dump(load, open(os.path.join(save, "load.json"), "w"))
     with open(done, "w") as f:
-        f.write(f"{args.budget_minutes}\n")
+        f.write(f"{budget}\n")
 
 
 def last_number(logfile, key):
@@ -322,7 +329,7 @@ def report(args):
     log(f"results: {os.path.join(args.work, 'results.md')}")
 
 
-def plot(curves, path, title):
+def plot(curves, path, title, ylabel="valid_small perplexity"):
     try:
         import matplotlib
 
@@ -334,7 +341,7 @@ def plot(curves, path, title):
     fig, ax = plt.subplots(figsize=(6, 4))
     for row, points in curves.items():
         ax.plot([p["cpu_s"] / 60 for p in points], [p["ppl"] for p in points], marker="o", label=row)
-    ax.set(xlabel="training CPU time (min)", ylabel="valid_small perplexity", yscale="log", title=title)
+    ax.set(xlabel="training CPU time (min)", ylabel=ylabel, yscale="log", title=title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -202,3 +202,11 @@ def test_whole_script_on_a_tiny_corpus_then_resumes_without_work(tmp_path):
     r = script(*args, timeout=120)  # everything done: nothing retrains
     assert r.returncode == 0 and "training" not in r.stdout, r.stdout
     assert before == {row: (work / row / "train.log").stat().st_mtime for row in before}
+
+
+def test_loss_by_position_averages_doubling_ranges():
+    nll = torch.arange(24, dtype=torch.float64).reshape(2, 12)
+    by = load("lm_diagnostics").loss_by_position(nll)
+    assert list(by) == ["0-0", "1-1", "2-3", "4-7", "8-11"]
+    assert by["0-0"] == 6.0 and by["2-3"] == 8.5 and by["8-11"] == (sum(range(8, 12)) + sum(range(20, 24))) / 8
+    assert list(load("lm_diagnostics").loss_by_position(nll[:, :8])) == ["0-0", "1-1", "2-3", "4-7"]

@@ -1,0 +1,278 @@
+#!/usr/bin/env python
+"""Long-range recall: can a causal language model copy text it saw further back than EVA's window?
+
+  python scripts/recall.py DATA --work DIR [--rows softmax,local,eva4,eva16] [--updates 1500]
+
+DATA is a binarised language-model folder (dict.txt, train, test and valid_small or valid), such as the
+WORK/bin that scripts/long_context.py prepares. Steps, each skipped when its output exists (run the same
+command again to resume; a larger --updates trains the rows on from their checkpoints):
+  1. DIR/bin: blocks of --tokens-per-sample N tokens cut from each split's token stream, each block A + B
+     where A is H = N/2 consecutive tokens and B is A rotated by a random offset o in [0, H/2]
+     (B = A[o:] A[:o]). Every token of B but two (its first, and A[0] where the rotation wraps) can be
+     copied from A, from H - o >= H/2 or more tokens back: further than the EVA window when H/2 > window.
+     Offsets are drawn with --seed and kept in DIR/bin/SPLIT.offsets.json;
+  2. each row trains the same model (fairseq-train, transformer_lm_eva) on these blocks for --updates
+     updates, one process at a time; CPU seconds and valid perplexity (whole blocks) at each validation go to
+     DIR/ROW/curve.jsonl (scripts/long_context.py's trainer);
+  3. each row's last checkpoint on the first --test-blocks test blocks: perplexity on A (ordinary language
+     modelling) and on the copyable tokens of B (the recall), in DIR/ROW/recall.json;
+  4. DIR/results.md and DIR/curves.png (valid perplexity against training CPU time).
+Rows: softmax (exact causal attention), local (EVA's window alone: --window, no chunks), evaS (causal EVA
+with that window and chunks of S tokens, so (N - window) / S chunk summaries at the end of a block); EVA and
+local attention use the relative position bias inside the window, as scripts/long_context.py's rows do.
+"""
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import long_context as lc  # noqa: E402  (its trainer counts CPU time and records the curve)
+
+ROW = re.compile(r"softmax|local|eva([1-9][0-9]*)")
+SPLITS = {"train": ("train",), "valid": ("valid_small", "valid"), "test": ("test",)}  # ours: theirs, first found
+
+
+def rotated_blocks(stream, length, rng):
+    """Blocks of `length` tokens from a 1-D numpy token stream: A + A[o:] + A[:o] with A the next length/2
+    tokens and o drawn uniformly from [0, length/4]; returns (blocks, offsets)."""
+    import numpy as np
+
+    half = length // 2
+    blocks, offsets = [], []
+    for start in range(0, len(stream) - half + 1, half):
+        a = stream[start:start + half]
+        o = int(rng.integers(0, half // 2 + 1))
+        blocks.append(np.concatenate([a, a[o:], a[:o]]))
+        offsets.append(o)
+    return blocks, offsets
+
+
+def copyable(length, offset):
+    """Positions of a block whose token can be copied from the first half: all of the second half except its
+    first token and the one where the rotation wraps to A[0]."""
+    half = length // 2
+    return [p for p in range(half + 1, length) if p != length - offset]
+
+
+def build(args):
+    """DIR/bin: the rotated blocks of each split, one block per item, with the source's dictionary."""
+    import numpy as np
+    import torch
+    from fairseq.data import Dictionary, indexed_dataset
+
+    out = os.path.join(args.work, "bin")
+    if os.path.exists(os.path.join(out, "done")):
+        return out
+    os.makedirs(out, exist_ok=True)
+    dictionary = Dictionary.load(os.path.join(args.data, "dict.txt"))
+    dictionary.save(os.path.join(out, "dict.txt"))
+    limits = {"train": None, "valid": args.valid_blocks, "test": args.test_blocks}
+    for i, (split, names) in enumerate(SPLITS.items()):
+        prefix = next((os.path.join(args.data, n) for n in names if os.path.exists(os.path.join(args.data, n + ".idx"))), None)
+        if prefix is None:
+            sys.exit(f"error: {args.data} has no {' or '.join(n + '.idx' for n in names)}")
+        source = indexed_dataset.MMapIndexedDataset(prefix)
+        stream = np.concatenate([source[j].numpy() for j in range(len(source))])
+        blocks, offsets = rotated_blocks(stream, args.tokens_per_sample, np.random.default_rng([args.seed, i]))
+        blocks, offsets = blocks[:limits[split]], offsets[:limits[split]]
+        if not blocks:
+            sys.exit(f"error: {prefix} has fewer than {args.tokens_per_sample // 2} tokens")
+        builder = indexed_dataset.make_builder(os.path.join(out, split + ".bin"), "mmap", vocab_size=len(dictionary))
+        for block in blocks:
+            builder.add_item(torch.from_numpy(block))
+        builder.finalize(os.path.join(out, split + ".idx"))
+        json.dump(offsets, open(os.path.join(out, split + ".offsets.json"), "w"))
+        lc.log(f"data: {split}: {len(blocks)} blocks of {args.tokens_per_sample} from {prefix}")
+    open(os.path.join(out, "done"), "w").close()
+    return out
+
+
+def attention_options(args, row):
+    if row == "softmax":
+        return ["--decoder-attention", "softmax"]
+    chunk = 0 if row == "local" else int(row[3:])
+    return ["--decoder-attention", "eva", "--eva-window-size", args.window, "--eva-chunk-size", chunk, "--eva-rpe", "true"]
+
+
+def train_command(args, bin_dir, row):
+    return [sys.executable, os.path.join(HERE, "long_context.py"), "_train", bin_dir, "--user-dir",
+            os.path.join(REPO, "fairseq_eva"), "--task", "language_modeling", "--arch", "transformer_lm_eva",
+            *attention_options(args, row), "--decoder-layers", args.layers, "--decoder-embed-dim", args.dim,
+            "--decoder-ffn-embed-dim", args.ffn, "--decoder-attention-heads", args.heads,
+            "--tokens-per-sample", args.tokens_per_sample, "--sample-break-mode", "none", "--optimizer", "adam",
+            "--adam-betas", "(0.9,0.98)", "--lr", args.lr, "--lr-scheduler", "inverse_sqrt", "--warmup-updates",
+            args.warmup, "--clip-norm", "1.0", "--dropout", "0.1",
+            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", args.seed,
+            "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid",
+            "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
+            "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
+            "--max-update", args.updates, "--save-dir", os.path.join(args.work, row)]
+
+
+def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False):
+    """{"all", "first half", "repeated": perplexity} of a checkpoint on the first blocks of a split of DIR/bin,
+    each block fed as fairseq-train feeds it: one block an item, so its source is </s> and the block less its
+    last token. drop_chunks: EVA layers without their chunk summaries (local attention, the same weights)."""
+    import torch
+    import torch.nn.functional as F
+    from fairseq import checkpoint_utils
+    from fairseq.data import indexed_dataset
+
+    import fairseq_eva  # noqa: F401  (registers the models)
+    from fairseq_eva.attention import EVAAttention
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": bin_dir})
+    model = models[0].eval()
+    if drop_chunks:
+        for module in model.modules():
+            if isinstance(module, EVAAttention):
+                module.chunk_size = 0
+    blocks = indexed_dataset.MMapIndexedDataset(os.path.join(bin_dir, split))
+    offsets = json.load(open(os.path.join(bin_dir, split + ".offsets.json")))
+    num_blocks = min(num_blocks, len(blocks))
+    length = len(blocks[0])
+    sums = {"all": [0.0, 0], "first half": [0.0, 0], "repeated": [0.0, 0]}
+    eos = task.source_dictionary.eos()
+    with torch.no_grad():
+        for i in range(num_blocks):
+            target = blocks[i].long()
+            source = torch.cat([target.new_tensor([eos]), target[:-1]])
+            logits, _ = model(source[None])
+            nll = F.cross_entropy(logits[0].float(), target, reduction="none")
+            for name, positions in (("all", range(length)), ("first half", range(length // 2)),
+                                    ("repeated", copyable(length, offsets[i]))):
+                sums[name][0] += float(nll[list(positions)].sum())
+                sums[name][1] += len(positions)
+    return {name: math.exp(total / count) for name, (total, count) in sums.items()} | {"blocks": num_blocks}
+
+
+def evaluate(args, bin_dir, row):
+    """A row's test perplexities in DIR/ROW/recall.json; an EVA row's also without its chunks."""
+    result = os.path.join(args.work, row, "recall.json")
+    ppl = json.load(open(result)) if os.path.exists(result) else {}
+    if not ppl or (row.startswith("eva") and "without chunks" not in ppl):
+        checkpoint = os.path.join(args.work, row, "checkpoint_last.pt")
+        ppl = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks)
+        if row.startswith("eva"):
+            ppl["without chunks"] = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks, drop_chunks=True)
+        json.dump(ppl, open(result + ".tmp", "w"))
+        os.replace(result + ".tmp", result)
+    lc.log(f"{row}: test perplexity, first half {ppl['first half']:.2f}, repeated part {ppl['repeated']:.2f}")
+    return ppl
+
+
+def describe(args, row):
+    if row == "softmax":
+        return "softmax (all earlier tokens)"
+    if row == "local":
+        return f"local (window {args.window})"
+    s = int(row[3:])
+    return f"EVA (window {args.window}, chunks of {s}: {(args.tokens_per_sample - args.window) // s} at the end)"
+
+
+def finished_rows(work):
+    """The rows in `work` that have a test result, whatever --rows this run named: softmax, local, then EVA
+    by chunk size."""
+    rows = [r for r in os.listdir(work) if ROW.fullmatch(r) and os.path.exists(os.path.join(work, r, "recall.json"))]
+    return sorted(rows, key=lambda r: (("softmax", "local").index(r), 0) if r in ("softmax", "local") else (2, int(r[3:])))
+
+
+def without_chunks(ppl):
+    cut = ppl.get("without chunks")
+    return "-" if cut is None else f"{cut['first half']:.2f}, {cut['repeated']:.2f}"
+
+
+def report(args):
+    lines = [f"# Long-range recall: blocks of {args.tokens_per_sample}, second half = first half rotated", "",
+             f"Data {os.path.abspath(args.data)}; {args.layers} layers, {args.dim} dims, FFN {args.ffn}, {args.heads} heads; "
+             f"{args.blocks_per_batch} blocks an update; seed {args.seed}. Test perplexity on the first "
+             f"{args.test_blocks} test blocks: on the first half (ordinary language modelling) and on the copyable tokens "
+             f"of the second half (each {args.tokens_per_sample // 4} to {args.tokens_per_sample} tokens after its copy).", "",
+             "| row | updates | CPU s | CPU s / update | valid ppl (whole blocks) | test ppl, first half | "
+             "test ppl, repeated part | EVA without its chunks at test: first half, repeated part |",
+             "|---|---|---|---|---|---|---|---|"]
+    curves = {}
+    for row in finished_rows(args.work):
+        save = os.path.join(args.work, row)
+        curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
+        curves[row] = curve
+        last, ppl = curve[-1], json.load(open(os.path.join(save, "recall.json")))
+        lines.append(f"| {describe(args, row)} | {last['updates']} | {last['cpu_s']:.0f} | "
+                     f"{last['cpu_s'] / max(last['updates'], 1):.2f} | {last['ppl']:.2f} | {ppl['first half']:.2f} | "
+                     f"{ppl['repeated']:.2f} | {without_chunks(ppl)} |")
+    lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
+    lines += [f"- {row}: `{open(os.path.join(args.work, row, 'command.txt')).read().strip()}`" for row in curves]
+    with open(os.path.join(args.work, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    if curves:
+        lc.plot(curves, os.path.join(args.work, "curves.png"), f"recall, blocks of {args.tokens_per_sample}",
+                "valid perplexity (whole blocks)")
+    lc.log(f"results: {os.path.join(args.work, 'results.md')}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="binarised language-model folder: dict.txt, train, test, valid_small or valid")
+    p.add_argument("--work", required=True, help="working folder: blocks, checkpoints, results (resumable)")
+    p.add_argument("--rows", default="softmax,local,eva4,eva16", help="comma-separated: softmax, local, evaS "
+                   "(EVA with chunks of S tokens) (softmax,local,eva4,eva16)")
+    p.add_argument("--updates", type=int, default=1500, help="training updates per row (1500)")
+    p.add_argument("--tokens-per-sample", type=int, default=512, help="block length N (512)")
+    p.add_argument("--window", type=int, default=64, help="EVA's and local attention's window (64)")
+    p.add_argument("--blocks-per-batch", type=int, default=8, help="blocks per update (8)")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=100, help="warm-up updates (100)")
+    p.add_argument("--validate-every", type=int, default=250, help="updates between validations/checkpoints (250)")
+    p.add_argument("--valid-blocks", type=int, default=16, help="blocks in the valid split (16)")
+    p.add_argument("--test-blocks", type=int, default=64, help="test blocks evaluated (64)")
+    p.add_argument("--threads", type=int, default=1, help="threads per training (1)")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    args.rows = args.rows.split(",")
+    for row in args.rows:
+        match = ROW.fullmatch(row)
+        if not match:
+            p.error(f"unknown row {row!r} in --rows: softmax, local or evaS (S: the chunk size)")
+        if match.group(1) and args.window % int(match.group(1)):
+            p.error(f"row {row}: the chunk size {match.group(1)} must divide the window ({args.window})")
+    if args.tokens_per_sample % args.window or args.tokens_per_sample // 4 <= args.window:
+        p.error(f"--tokens-per-sample ({args.tokens_per_sample}) must be a multiple of the window ({args.window}) and "
+                "more than 4 windows long, so that every copy is further back than the window")
+    if args.updates <= 0 or args.validate_every <= 0:
+        p.error("--updates and --validate-every must be positive")
+    return args
+
+
+def main():
+    args = parse_args()
+    if not os.path.isfile(os.path.join(args.data, "dict.txt")):
+        sys.exit(f"error: {args.data} has no dict.txt (see --help)")
+    os.makedirs(args.work, exist_ok=True)
+    tools = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": str(args.threads),
+           "MKL_NUM_THREADS": str(args.threads), "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    import torch
+
+    torch.set_num_threads(args.threads)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would let it chatter
+    bin_dir = build(args)
+    for row in args.rows:
+        lc.train_row(os.path.join(args.work, row), train_command(args, bin_dir, row), env, args.updates, "updates",
+                     results=("recall.json",))
+        evaluate(args, bin_dir, row)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()
