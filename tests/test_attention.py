@@ -14,22 +14,9 @@ import torch
 from eva_helpers import KERNEL_NAMES, TOL, fixed_noise, inputs, make
 
 from fairseq_eva.attention import EVAAttention, relative_position_bucket
-from fairseq_eva.attention.reference import reference_eva
+from fairseq_eva.attention.reference import merge, qkv, reference_eva
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def qkv(mod, x):
-    """Per-head queries, keys, values from the module's projections: each B x H x N x d."""
-    B, N, _ = x.shape
-    H, d = mod.num_heads, mod.head_dim
-    return [p(x).view(B, N, H, d).transpose(1, 2) for p in (mod.q_proj, mod.k_proj, mod.v_proj)]
-
-
-def merge(mod, y):
-    """B x H x N x d per-head outputs -> output projection."""
-    B, H, N, d = y.shape
-    return mod.out_proj(y.transpose(1, 2).reshape(B, N, H * d))
 
 
 def masked_softmax(mod, x, allowed, bias=None):

@@ -7,14 +7,14 @@ import math
 import torch
 
 
-def _qkv(mod, x):
+def qkv(mod, x):
     """Per-head queries, keys, values from the module's projections: each B x H x N x d."""
     B, N, _ = x.shape
     H, d = mod.num_heads, mod.head_dim
     return [p(x).view(B, N, H, d).transpose(1, 2) for p in (mod.q_proj, mod.k_proj, mod.v_proj)]
 
 
-def _merge(mod, y):
+def merge(mod, y):
     """B x H x N x d per-head outputs -> output projection."""
     B, H, N, d = y.shape
     return mod.out_proj(y.transpose(1, 2).reshape(B, N, H * d))
@@ -40,7 +40,7 @@ def reference_eva(mod, x, noise=None):
     """
     L = x.size(0)
     d = mod.head_dim
-    q, k, v = (t[0] for t in _qkv(mod, x[None]))  # H x L x d
+    q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
     scale = 1 / math.sqrt(d)
     if mod.causal:
         size = mod.chunk_size
@@ -68,4 +68,4 @@ def reference_eva(mod, x, noise=None):
         p = torch.softmax(torch.cat(logits, -1), -1)
         ys.append((p[..., None] * values).sum(1))
     y = torch.stack(ys, 1)  # H x L x d
-    return _merge(mod, y[None])[0]
+    return merge(mod, y[None])[0]
