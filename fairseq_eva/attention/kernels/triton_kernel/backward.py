@@ -15,7 +15,7 @@ deterministic.
 import triton
 import triton.language as tl
 
-from .tiles import LOG2E, dropout_keep, local_logits, visible_chunks
+from .tiles import LOG2E, dropout_keep, local_keys, local_logits, visible_chunks
 
 
 @triton.jit
@@ -73,11 +73,7 @@ def eva_backward_dq(
     rpe = RPE + h * NUM_OFFSETS
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    first_key = block * WINDOW + OFFSET
-    lo = tl.maximum(first_key, 0)
-    hi = tl.minimum(first_key + WIDTH, length)
-    if CAUSAL:
-        hi = tl.minimum(hi, block * WINDOW + tl.minimum(first_query + BLOCK_M, WINDOW))
+    first_key, lo, hi = local_keys(block, first_query, length, WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
     for start in range(lo, hi, BLOCK_N):
         m = start + tl.arange(0, BLOCK_N)
         key_ok = m < hi

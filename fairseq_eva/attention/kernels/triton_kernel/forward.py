@@ -11,7 +11,7 @@ normaliser has summed them, so lse is that of the logits before dropout.
 import triton
 import triton.language as tl
 
-from .tiles import LN2, dropout_keep, local_logits, visible_chunks
+from .tiles import LN2, dropout_keep, local_keys, local_logits, visible_chunks
 
 
 @triton.jit
@@ -56,11 +56,7 @@ def eva_forward(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
     # local keys: column j of the block is position first_key + j
-    first_key = block * WINDOW + OFFSET
-    lo = tl.maximum(first_key, 0)
-    hi = tl.minimum(first_key + WIDTH, length)
-    if CAUSAL:
-        hi = tl.minimum(hi, block * WINDOW + tl.minimum(first_query + BLOCK_M, WINDOW))
+    first_key, lo, hi = local_keys(block, first_query, length, WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
     for start in range(lo, hi, BLOCK_N):
         m = start + tl.arange(0, BLOCK_N)
         key_ok = m < hi

@@ -18,6 +18,20 @@ def visible_chunks(block, C, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr, CHUNKS
 
 
 @triton.jit
+def local_keys(block, first_query, length, WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr,
+               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The local keys a tile of queries [first_query, first_query + BLOCK_M) of `block` sees: (first_key, lo, hi),
+    column j of the block being position first_key + j and the positions [lo, hi) the ones to loop over (inside
+    the sequence, and, causal, not after the tile's last query)."""
+    first_key = block * WINDOW + OFFSET
+    lo = tl.maximum(first_key, 0)
+    hi = tl.minimum(first_key + WIDTH, length)
+    if CAUSAL:
+        hi = tl.minimum(hi, block * WINDOW + tl.minimum(first_query + BLOCK_M, WINDOW))
+    return first_key, lo, hi
+
+
+@triton.jit
 def local_logits(qk, i, j, rpe_ptr, scale_log2, WINDOW: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr):
     """Base-2 logits of query rows i (block-relative) against local columns j: scale q.k plus rpe[j - i + w - 1].
     i and j are broadcast already (BM x 1 and 1 x BN, or the transpose)."""
