@@ -24,21 +24,28 @@ Steps, each skipped when its output exists (run the same command again to resume
      blocks of valid_small, each layer's relative error ||y - y_softmax||_F / ||y_softmax||_F of its EVA
      output, and of local attention alone (the keys of E^n only), against exact softmax attention over the
      same queries, keys and values (the same bias inside E^n; scripts/lm_diagnostics.py);
-  5. DIR/results.md (tables, commands, load) and one plot per task, DIR/lm_curves.png and
-     DIR/mlm_curves.png (valid_small perplexity against CPU time), of whatever has been done so far.
-Tasks (--task): lm, mlm, approx, or all (the three in that order).
-  lm rows, in DIR/ROW: the causal language model transformer_lm_eva with softmax attention, with EVA
-    (window 128, chunk size 8, relative position bias: the paper's causal setting), or local (the same
-    with chunk size 0);
-  mlm rows, in DIR/mlm-ROW: roberta_eva (pre-norm RoBERTa) with softmax attention, with EVA (window 256,
-    C = 128 chunks, relative position bias: the paper's masked-LM setting), or local (the same with no
-    chunks); the same size, blocks (--sample-break-mode none) and optimisation as the lm rows.
-Every row of a task gets the same command but for these options.
+  5. DIR/results.md, of every row in DIR done so far: per task, the rows at the end of their budget (equal
+     CPU time), valid_small perplexity at equal updates and at equal CPU time (a row trained with several
+     --seeds shows the mean, then each seed's value), commands and load; and one plot per task,
+     DIR/lm_curves.png and DIR/mlm_curves.png (valid_small perplexity against CPU time and updates).
+Tasks (--task): lm, mlm, approx, or all (the three in that order). lm rows are the causal language model
+transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of the same size, blocks
+(--sample-break-mode none) and optimisation, in DIR/mlm-ROW; a seed other than 1 adds -seedN. Rows
+(--rows), every one with the same command but for its attention options:
+  softmax     exact attention, the model's own (fairseq's MultiheadAttention, no relative position bias);
+  exact       exact attention with the relative position bias: EVA's layer with one window over the
+              whole block and no chunks;
+  eva         EVA with the paper's setting: lm window 128, chunks of 8 tokens; mlm window 256, C = 128
+              chunks; relative position bias inside the window;
+  eva-W-N     EVA with window W and, lm: chunks of N tokens, mlm: N chunks (the paper's (|E|, C));
+  local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W.
 """
 
 import argparse
 import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,22 +54,28 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TASKS = ("lm", "mlm", "approx")
-ROWS = {
-    "lm": {
-        "softmax": ["--decoder-attention", "softmax"],
-        "eva": ["--decoder-attention", "eva", "--eva-window-size", "128", "--eva-chunk-size", "8", "--eva-rpe", "true"],
-        "local": ["--decoder-attention", "eva", "--eva-window-size", "128", "--eva-chunk-size", "0", "--eva-rpe", "true"],
-    },
-    "mlm": {
-        "softmax": ["--encoder-attention", "softmax"],
-        "eva": ["--encoder-attention", "eva", "--eva-window-size", "256", "--eva-num-chunks", "128",
-                "--eva-chunk-size", "0", "--eva-rpe", "true"],
-        "local": ["--encoder-attention", "eva", "--eva-window-size", "256", "--eva-num-chunks", "0",
-                  "--eva-chunk-size", "0", "--eva-rpe", "true"],
-    },
-}
-WINDOW = {"lm": 128, "mlm": 256}  # the block length must be a multiple of the task's EVA window
-ROW_NAMES = ("softmax", "eva", "local")
+ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?")
+DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
+DEFAULT_ROWS = "softmax,eva,local"
+SEED_DIR = re.compile(r"(.+)-seed([0-9]+)")
+
+
+def row_options(task, row, block):
+    """The attention options of a row of a task at blocks of `block` tokens (the rows are listed in --help);
+    ValueError says what is wrong with the name."""
+    m = ROW.fullmatch(row)
+    if m is None:
+        raise ValueError(f"unknown row {row!r}")
+    kind = m.group(1) or m.group(2) or m.group(4)
+    attention = "--decoder-attention" if task == "lm" else "--encoder-attention"
+    if kind == "softmax":
+        return [attention, "softmax"]
+    window = block if kind == "exact" else int(m.group(3) or m.group(5) or DEFAULTS[task][0])
+    chunks = int(m.group(6) or DEFAULTS[task][1]) if kind == "eva" else 0
+    if block % window:
+        raise ValueError(f"the block length ({block}) must be a multiple of row {row}'s {task} EVA window ({window})")
+    chunk_options = ["--eva-chunk-size", chunks] if task == "lm" else ["--eva-num-chunks", chunks, "--eva-chunk-size", 0]
+    return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true"]
 
 
 def log(message):
@@ -121,35 +134,37 @@ def prepare(args, env):
     return bin_dir
 
 
-def row_dir(work, task, row):
-    """lm rows in WORK/ROW, mlm rows in WORK/mlm-ROW."""
-    return os.path.join(work, row if task == "lm" else f"{task}-{row}")
+def row_dir(work, task, row, seed=1):
+    """lm rows in WORK/ROW, mlm rows in WORK/mlm-ROW; seeds other than 1 add -seedN."""
+    name = (row if task == "lm" else f"{task}-{row}") + ("" if seed == 1 else f"-seed{seed}")
+    return os.path.join(work, name)
 
 
-def train_command(args, bin_dir, task, row):
+def train_command(args, bin_dir, task, row, seed=1):
     """The training command of a row: `python long_context.py _train` and fairseq-train's arguments."""
     if task == "lm":
-        model = ["--task", "language_modeling", "--arch", "transformer_lm_eva", *ROWS[task][row],
+        model = ["--task", "language_modeling", "--arch", "transformer_lm_eva", *row_options(task, row, args.tokens_per_sample),
                  "--decoder-layers", args.layers, "--decoder-embed-dim", args.dim, "--decoder-ffn-embed-dim", args.ffn,
                  "--decoder-attention-heads", args.heads]
     else:
-        model = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_eva", *ROWS[task][row],
+        model = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_eva",
+                 *row_options(task, row, args.tokens_per_sample),
                  "--encoder-layers", args.layers, "--encoder-embed-dim", args.dim, "--encoder-ffn-embed-dim", args.ffn,
                  "--encoder-attention-heads", args.heads, "--max-positions", args.tokens_per_sample]
     return [sys.executable, os.path.abspath(__file__), "_train", bin_dir, "--user-dir", os.path.join(REPO, "fairseq_eva"),
             *model, "--tokens-per-sample", args.tokens_per_sample,
             "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", args.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup, "--clip-norm", "1.0", "--dropout", "0.1",
-            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", args.seed,
+            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", seed,
             "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid_small",
             "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
             "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
-            "--stop-time-hours", args.budget_minutes / 60, "--save-dir", row_dir(args.work, task, row)]
+            "--stop-time-hours", args.budget_minutes / 60, "--save-dir", row_dir(args.work, task, row, seed)]
 
 
-def train(args, bin_dir, task, row, env):
-    train_row(row_dir(args.work, task, row), train_command(args, bin_dir, task, row), env, args.budget_minutes,
-              "CPU minutes")
+def train(args, bin_dir, task, row, seed, env):
+    train_row(row_dir(args.work, task, row, seed), train_command(args, bin_dir, task, row, seed), env,
+              args.budget_minutes, "CPU minutes")
 
 
 def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
@@ -199,9 +214,9 @@ def last_number(logfile, key):
     return float(lines[-1].rsplit(key, 1)[1].split()[0].strip(",|"))
 
 
-def evaluate(args, bin_dir, task, row, env):
+def evaluate(args, bin_dir, task, row, seed, env):
     """Test perplexity of a row's last checkpoint, {context window: ppl} (lm) or {"test": ppl} (mlm)."""
-    save = row_dir(args.work, task, row)
+    save = row_dir(args.work, task, row, seed)
     result = os.path.join(save, "test_ppl.json")
     if os.path.exists(result):
         return json.load(open(result))
@@ -274,47 +289,114 @@ def approximate(args, bin_dir, env):
     return errors
 
 
+KIND_ORDER = ("softmax", "exact", "eva", "local")
+
+
 def row_results(work, task):
-    """{row: summary} of the rows of a task that have a test perplexity."""
+    """{(row, seed): summary} of the rows of a task in `work` that have a test perplexity."""
     rows = {}
-    for row in ROW_NAMES:
-        save = row_dir(work, task, row)
-        if not os.path.exists(os.path.join(save, "test_ppl.json")):
+    for name in os.listdir(work) if os.path.isdir(work) else []:
+        save = os.path.join(work, name)
+        if (task == "mlm") != name.startswith("mlm-") or not os.path.exists(os.path.join(save, "test_ppl.json")):
+            continue
+        row = name[len("mlm-"):] if task == "mlm" else name
+        m = SEED_DIR.fullmatch(row)
+        row, seed = (m.group(1), int(m.group(2))) if m else (row, 1)
+        if ROW.fullmatch(row) is None:
             continue
         curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
         load = json.load(open(os.path.join(save, "load.json"))) if os.path.exists(os.path.join(save, "load.json")) else None
-        rows[row] = {"curve": curve, "last": curve[-1] if curve else {"updates": 0, "cpu_s": 0, "ppl": float("nan")},
-                     "test": json.load(open(os.path.join(save, "test_ppl.json"))), "load": load,
-                     "budget": float(open(os.path.join(save, "done")).read()),
-                     "command": open(os.path.join(save, "command.txt")).read().strip()}
-    return rows
+        rows[row, seed] = {"curve": curve, "last": curve[-1] if curve else {"updates": 0, "cpu_s": 0, "ppl": float("nan")},
+                           "test": json.load(open(os.path.join(save, "test_ppl.json"))), "load": load,
+                           "budget": float(open(os.path.join(save, "done")).read()),
+                           "command": open(os.path.join(save, "command.txt")).read().strip()}
+    order = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    return dict(sorted(rows.items(), key=lambda item: (order[item[0][0].split("-")[0]], item[0])))
 
 
 def load_text(load):
     return "-" if load is None else f"{load['start'][0]:.2f} / {load['end'][0]:.2f}"
 
 
+def seeds_text(values, fmt="{:.2f}"):
+    """One number per row: the mean over seeds, followed by each seed's value when there are several;
+    - when a seed has none."""
+    if None in values:
+        return "-"
+    mean = fmt.format(sum(values) / len(values))
+    return mean if len(values) == 1 else f"{mean} ({', '.join(fmt.format(v) for v in values)})"
+
+
+def ppl_at_cpu(curve, cpu_s):
+    """valid perplexity at `cpu_s` CPU seconds, interpolated between validations (linear in log perplexity);
+    None outside the curve."""
+    for p, q in zip(curve, curve[1:]):
+        if p["cpu_s"] <= cpu_s <= q["cpu_s"]:
+            t = (cpu_s - p["cpu_s"]) / ((q["cpu_s"] - p["cpu_s"]) or 1)
+            return math.exp((1 - t) * math.log(p["ppl"]) + t * math.log(q["ppl"]))
+    return None
+
+
+def spaced(values, most=8):
+    """At most `most` of a sorted list, evenly spaced, the last always included."""
+    if len(values) <= most:
+        return values
+    return [values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)]
+
+
+def task_tables(rows, task, half):
+    """Markdown lines: the rows at the end of their budget (equal CPU time), valid_small perplexity at equal
+    updates and at equal CPU time; a row of several seeds shows their mean, then each seed's value."""
+    by_row = {}
+    for (row, seed), r in rows.items():
+        by_row.setdefault(row, []).append(r)
+    test = [f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"]
+    lines = ["At the end of each row's CPU-time budget:", "",
+             f"| row | seeds | CPU min budget | updates | CPU s | valid_small ppl | {test[0]} | load |",
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if task == "lm" else "")]
+    for row, rs in by_row.items():
+        cells = [row, len(rs), seeds_text([r["budget"] for r in rs], "{:g}"),
+                 seeds_text([r["last"]["updates"] for r in rs], "{:.0f}"), seeds_text([r["last"]["cpu_s"] for r in rs], "{:.0f}"),
+                 seeds_text([r["last"]["ppl"] for r in rs])]
+        if task == "lm":
+            ctx0, ctx = [r["test"]["0"] for r in rs], [r["test"][str(half)] for r in rs]
+            cells += [seeds_text(ctx0), seeds_text(ctx), seeds_text([100 * (1 - b / a) for a, b in zip(ctx0, ctx)], "{:.1f}%")]
+        else:
+            cells.append(seeds_text([r["test"]["test"] for r in rs]))
+        cells.append(", ".join(load_text(r["load"]) for r in rs))
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    updates = sorted(set.intersection(*({p["updates"] for p in r["curve"]} for r in rows.values())) - {0})
+    if updates:
+        columns = spaced(updates)
+        lines += ["", "valid_small perplexity at equal updates:", "", "| row | " + " | ".join(map(str, columns)) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for row, rs in by_row.items():
+            values = [[next(p["ppl"] for p in r["curve"] if p["updates"] == u) for r in rs] for u in columns]
+            lines.append(f"| {row} | " + " | ".join(seeds_text(v) for v in values) + " |")
+    end = min(r["curve"][-1]["cpu_s"] for r in rows.values() if r["curve"])
+    minutes = sorted({round(end / 60 * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} - {0})
+    lines += ["", "valid_small perplexity at equal CPU time (minutes; interpolated between validations):", "",
+              "| row | " + " | ".join(f"{m:g}" for m in minutes) + " |", "|---|" + "---|" * len(minutes)]
+    for row, rs in by_row.items():
+        lines.append(f"| {row} | " + " | ".join(seeds_text([ppl_at_cpu(r["curve"], m * 60) for r in rs]) for m in minutes) + " |")
+    lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
+    lines += [f"- {row}, seed {seed}: `{r['command']}`" for (row, seed), r in rows.items()]
+    return lines + [""]
+
+
 def report(args):
     half = args.tokens_per_sample // 2
     lines = [f"# Long context at equal CPU time ({args.threads} thread(s) a row)", "",
              f"Corpus {os.path.abspath(args.corpus)}; blocks of {args.tokens_per_sample}; {args.layers} layers, "
-             f"{args.dim} dims, FFN {args.ffn}, {args.heads} heads; sentencepiece {args.vocab}; seed {args.seed}. "
+             f"{args.dim} dims, FFN {args.ffn}, {args.heads} heads; sentencepiece {args.vocab}. "
              "Load: 1-minute load average at the start / end of the row's training (- : not recorded).", ""]
     curves = {}
     for task, title in (("lm", "Language model"), ("mlm", "Masked language model")):
         rows = row_results(args.work, task)
         if not rows:
             continue
-        curves[task] = {row: r["curve"] for row, r in rows.items()}
-        test = f"test ppl, context 0 | context {half}" if task == "lm" else "test ppl (masked tokens)"
-        lines += [f"## {title}", "", f"| row | CPU min budget | updates | CPU s | valid_small ppl | {test} | load |",
-                  "|---|---|---|---|---|---|---|" + ("---|" if task == "lm" else "")]
-        for row, r in rows.items():
-            ppl = f"{r['test']['0']:.2f} | {r['test'][str(half)]:.2f}" if task == "lm" else f"{r['test']['test']:.2f}"
-            lines.append(f"| {row} | {r['budget']:g} | {r['last']['updates']} | {r['last']['cpu_s']:.0f} | "
-                         f"{r['last']['ppl']:.2f} | {ppl} | {load_text(r['load'])} |")
-        lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
-        lines += [f"- {row}: `{r['command']}`" for row, r in rows.items()] + [""]
+        curves[task] = {row if seed == 1 else f"{row} seed {seed}": r["curve"] for (row, seed), r in rows.items()}
+        lines += [f"## {title}", "", *task_tables(rows, task, half)]
     if os.path.exists(os.path.join(args.work, "approx.json")):
         errors = json.load(open(os.path.join(args.work, "approx.json")))
         lines += ["## Approximation in the trained EVA language model", "",
@@ -330,6 +412,7 @@ def report(args):
 
 
 def plot(curves, path, title, ylabel="valid_small perplexity"):
+    """Each curve against training CPU time (left) and updates (right); seeds of a row share a colour."""
     try:
         import matplotlib
 
@@ -338,11 +421,17 @@ def plot(curves, path, title, ylabel="valid_small perplexity"):
     except ImportError:
         log("matplotlib missing: no plot")
         return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row, points in curves.items():
-        ax.plot([p["cpu_s"] / 60 for p in points], [p["ppl"] for p in points], marker="o", label=row)
-    ax.set(xlabel="training CPU time (min)", ylabel=ylabel, yscale="log", title=title)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colours = {}
+    for label, points in curves.items():
+        row = label.split(" seed ")[0]
+        colour = colours.setdefault(row, f"C{len(colours)}")
+        style = "-" if label == row else "--"
+        for ax, x in zip(axes, ([p["cpu_s"] / 60 for p in points], [p["updates"] for p in points])):
+            ax.plot(x, [p["ppl"] for p in points], style, color=colour, marker=".", label=label)
+    axes[0].set(xlabel="training CPU time (min)", ylabel=ylabel, yscale="log", title=title)
+    axes[1].set(xlabel="updates", title=title)
+    axes[0].legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -391,7 +480,7 @@ def parse_args(argv=None):
     p.add_argument("--work", required=True, help="working folder: data, checkpoints, logs, results (resumable)")
     p.add_argument("--task", default="all", choices=[*TASKS, "all"], help="what to run (all: lm, mlm, approx)")
     p.add_argument("--budget-minutes", type=float, default=20.0, help="training CPU minutes per row (20)")
-    p.add_argument("--rows", default=",".join(ROW_NAMES), help=f"comma-separated, of {', '.join(ROW_NAMES)}")
+    p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated rows (see above; {DEFAULT_ROWS})")
     p.add_argument("--tokens-per-sample", type=int, default=2048, help="block length (2048)")
     p.add_argument("--blocks-per-batch", type=int, default=2, help="blocks per update (2)")
     p.add_argument("--layers", type=int, default=4)
@@ -406,17 +495,20 @@ def parse_args(argv=None):
     p.add_argument("--valid-words", type=int, default=30000, help="words of valid.txt in valid_small (30000)")
     p.add_argument("--approx-blocks", type=int, default=8, help="blocks of valid_small for the approx task (8)")
     p.add_argument("--threads", type=int, default=1, help="threads per training (1)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", default="1", help="comma-separated training seeds, each row trained once per seed (1)")
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
-    for row in args.rows:
-        if row not in ROW_NAMES:
-            p.error(f"unknown row {row!r} in --rows: choose among {', '.join(ROW_NAMES)}")
     args.tasks = TASKS if args.task == "all" else (args.task,)
-    for task in args.tasks:
-        if task in WINDOW and args.tokens_per_sample % WINDOW[task]:
-            p.error(f"--tokens-per-sample ({args.tokens_per_sample}) must be a multiple of the {task} rows' EVA "
-                    f"window ({WINDOW[task]})")
+    for task in set(args.tasks) - {"approx"}:
+        for row in args.rows:
+            try:
+                row_options(task, row, args.tokens_per_sample)
+            except ValueError as e:
+                p.error(f"--rows: {e}")
+    try:
+        args.seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r}: give whole numbers separated by commas")
     if args.budget_minutes <= 0:
         p.error("--budget-minutes must be positive")
     return args
@@ -444,9 +536,11 @@ def main():
             approximate(args, bin_dir, env)
             continue
         for row in args.rows:
-            train(args, bin_dir, task, row, env)
+            for seed in args.seeds:
+                train(args, bin_dir, task, row, seed, env)
         for row in args.rows:
-            evaluate(args, bin_dir, task, row, env)
+            for seed in args.seeds:
+                evaluate(args, bin_dir, task, row, seed, env)
     report(args)
 
 

@@ -38,10 +38,13 @@ def test_help_names_the_tasks():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rows", "softmax,performer"], "unknown row 'performer' in --rows"),
-    (["--task", "mlm", "--tokens-per-sample", "384"], "multiple of the mlm rows' EVA window (256)"),
-    (["--tokens-per-sample", "384"], "multiple of the mlm rows' EVA window (256)"),  # all: mlm included
-    (["--tokens-per-sample", "200", "--task", "lm"], "multiple of the lm rows' EVA window (128)"),
+    (["--rows", "softmax,performer"], "--rows: unknown row 'performer'"),
+    (["--rows", "eva-64"], "--rows: unknown row 'eva-64'"),
+    (["--task", "mlm", "--tokens-per-sample", "384"], "(384) must be a multiple of row eva's mlm EVA window (256)"),
+    (["--tokens-per-sample", "384"], "(384) must be a multiple of row eva's mlm EVA window (256)"),  # all: mlm too
+    (["--tokens-per-sample", "200", "--task", "lm"], "multiple of row eva's lm EVA window (128)"),
+    (["--tokens-per-sample", "512", "--task", "lm", "--rows", "local-96"], "multiple of row local-96's lm EVA window (96)"),
+    (["--seeds", "1,two"], "--seeds '1,two': give whole numbers"),
     (["--budget-minutes", "0"], "--budget-minutes must be positive"),
     (["--task", "translation"], "invalid choice: 'translation'"),
 ])
@@ -53,7 +56,7 @@ def test_bad_arguments_are_refused_by_name(args, message, tmp_path, capsys):
 
 def test_lm_blocks_need_only_the_lm_window(tmp_path):
     args = lc.parse_args(["corpus", "--work", str(tmp_path), "--task", "lm", "--tokens-per-sample", "384"])
-    assert args.tasks == ("lm",) and args.rows == ["softmax", "eva", "local"]
+    assert args.tasks == ("lm",) and args.rows == ["softmax", "eva", "local"] and args.seeds == [1]
     assert lc.parse_args(["corpus", "--work", str(tmp_path)]).tasks == ("lm", "mlm", "approx")
 
 
@@ -72,19 +75,38 @@ def test_a_corpus_without_its_splits_is_named(tmp_path):
     assert r.returncode == 1 and f"{tmp_path} has no valid.txt" in r.stderr
 
 
+def test_row_options_say_each_rows_attention():
+    lm, mlm = "--decoder-attention", "--encoder-attention"
+    assert lc.row_options("lm", "softmax", 512) == [lm, "softmax"]
+    assert lc.row_options("lm", "eva", 512) == [lm, "eva", "--eva-window-size", "128", "--eva-chunk-size", "8",
+                                                "--eva-rpe", "true"]
+    assert lc.row_options("lm", "exact", 512) == [lm, "eva", "--eva-window-size", "512", "--eva-chunk-size", "0",
+                                                  "--eva-rpe", "true"]
+    assert lc.row_options("lm", "local-64", 512)[3:6] == ["64", "--eva-chunk-size", "0"]
+    assert lc.row_options("mlm", "eva", 4096) == [mlm, "eva", "--eva-window-size", "256", "--eva-num-chunks", "128",
+                                                  "--eva-chunk-size", "0", "--eva-rpe", "true"]
+    assert lc.row_options("mlm", "eva-512-128", 4096)[3:6] == ["512", "--eva-num-chunks", "128"]
+    assert lc.row_options("mlm", "local", 4096)[3:6] == ["256", "--eva-num-chunks", "0"]
+    with pytest.raises(ValueError, match="unknown row 'eva-0-8'"):
+        lc.row_options("lm", "eva-0-8", 512)
+
+
 @pytest.mark.parametrize("task", ["lm", "mlm"])
 def test_rows_of_a_task_differ_only_by_their_attention_options(task, tmp_path):
     args = lc.parse_args(["corpus", "--work", str(tmp_path), "--budget-minutes", "12"])
-    commands = {row: [str(c) for c in lc.train_command(args, "BIN", task, row)] for row in lc.ROW_NAMES}
+    rows = ("softmax", "exact", "eva", "eva-512-16", "local", "local-512")
+    commands = {row: [str(c) for c in lc.train_command(args, "BIN", task, row)] for row in rows}
     stripped = set()
     for row, cmd in commands.items():
-        options = lc.ROWS[task][row]
+        options = lc.row_options(task, row, 2048)
         i = cmd.index(options[0])
         assert cmd[i:i + len(options)] == options
         save = cmd.index("--save-dir") + 1
         assert cmd[save] == str(tmp_path / (row if task == "lm" else f"mlm-{row}"))
         stripped.add(tuple(cmd[:i] + cmd[i + len(options):save]))
     assert len(stripped) == 1
+    seed2 = [str(c) for c in lc.train_command(args, "BIN", task, "eva", seed=2)]
+    assert seed2[seed2.index("--seed") + 1] == "2" and seed2[-1].endswith("eva-seed2")
     cmd = commands["eva"]
     assert cmd[cmd.index("--stop-time-hours") + 1] == "0.2" and cmd[cmd.index("--max-tokens") + 1] == "4096"
     assert ("--arch", "transformer_lm_eva" if task == "lm" else "roberta_eva") == tuple(cmd[cmd.index("--arch"):][:2])
@@ -129,13 +151,41 @@ def test_report_tables_each_finished_row_with_its_own_budget_and_load(tmp_path):
     args = lc.parse_args(["corpus", "--work", str(tmp_path)])
     lc.report(args)
     text = (tmp_path / "results.md").read_text()
-    assert "| softmax | 20 | 10 | 61 | 400.00 | 101.50 | 100.25 | - |" in text
+    assert "| softmax | 1 | 20 | 10 | 61 | 400.00 | 101.50 | 100.25 | 1.2% | - |" in text
     assert "| eva |" not in text.split("## Masked")[0]
-    assert "| eva | 12 | 10 | 61 | 400.00 | 55.50 | 1.50 / 2.25 |" in text
+    assert "| eva | 1 | 12 | 10 | 61 | 400.00 | 55.50 | 1.50 / 2.25 |" in text
     assert "| 0 | 0.250 | 0.500 |\n| 1 | 0.125 | 0.750 |" in text
     assert f"`_train BIN --save-dir {tmp_path / 'mlm-eva'}`" in text
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "lm_curves.png").stat().st_size and (tmp_path / "mlm_curves.png").stat().st_size
+
+
+def test_report_gives_each_seed_beside_the_mean_at_equal_updates_and_cpu_time(tmp_path):
+    curves = {"local": [(60, 10, 400.0), (120, 20, 100.0)], "local-seed2": [(60, 10, 300.0), (120, 20, 200.0)],
+              "eva-128-4": [(90, 10, 500.0), (180, 20, 250.0), (270, 30, 125.0)]}
+    for name, points in curves.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "done").write_text("3\n")
+        (d / "curve.jsonl").write_text("".join(json.dumps({"cpu_s": c, "updates": u, "ppl": p}) + "\n" for c, u, p in points))
+        (d / "test_ppl.json").write_text(json.dumps({"0": 100.0, "1024": 90.0}))
+        (d / "command.txt").write_text("_train\n")
+    lc.report(lc.parse_args(["corpus", "--work", str(tmp_path)]))
+    text = (tmp_path / "results.md").read_text()
+    assert "| eva-128-4 | 1 | 3 | 30 | 270 | 125.00 | 100.00 | 90.00 | 10.0% |" in text
+    assert "| local | 2 | 3 (3, 3) | 20 (20, 20) | 120 (120, 120) | 150.00 (100.00, 200.00) |" in text
+    equal_updates = text.split("at equal updates:")[1].split("perplexity at equal CPU time")[0]
+    assert "| row | 10 | 20 |" in equal_updates
+    assert "| local | 350.00 (400.00, 300.00) | 150.00 (100.00, 200.00) |" in equal_updates
+    equal_time = text.split("perplexity at equal CPU time")[1]
+    assert "| row | 0.5 | 1 | 1.5 | 2 |" in equal_time  # a quarter, half, ... of the shortest row's 2 minutes
+    assert "| eva-128-4 | - | - | 500.00 | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
+    assert equal_time.index("eva-128-4") < equal_time.index("local")
+
+
+def test_ppl_at_cpu_interpolates_in_log_perplexity_and_not_beyond_the_curve():
+    curve = [{"cpu_s": 0, "ppl": 100.0}, {"cpu_s": 10, "ppl": 1.0}]
+    assert lc.ppl_at_cpu(curve, 5) == pytest.approx(10.0) and lc.ppl_at_cpu(curve, 11) is None
 
 
 # ------------------------------------------------------------------ lm_diagnostics.reference_outputs
