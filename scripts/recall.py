@@ -17,9 +17,11 @@ command again to resume; a larger --updates trains the rows on from their checkp
   3. each row's last checkpoint on the first --test-blocks test blocks: perplexity on A (ordinary language
      modelling) and on the copyable tokens of B (the recall), in DIR/ROW/recall.json;
   4. DIR/results.md and DIR/curves.png (valid perplexity against training CPU time).
-Rows: softmax (exact causal attention), local (EVA's window alone: --window, no chunks), evaS (causal EVA
-with that window and chunks of S tokens, so (N - window) / S chunk summaries at the end of a block); EVA and
-local attention use the relative position bias inside the window, as scripts/long_context.py's rows do.
+Rows: softmax (exact causal attention, fairseq's, absolute positions only), exact (exact causal attention
+with the relative position bias: EVA's layer with one window over the whole block, no chunks), local (EVA's
+window alone: --window, no chunks), evaS (causal EVA with that window and chunks of S tokens, so
+(N - window) / S chunk summaries at the end of a block); EVA and local attention use the relative position
+bias inside the window, as scripts/long_context.py's rows do.
 """
 
 import argparse
@@ -35,7 +37,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import long_context as lc  # noqa: E402  (its trainer counts CPU time and records the curve)
 
-ROW = re.compile(r"softmax|local|eva([1-9][0-9]*)")
+ROW = re.compile(r"softmax|exact|local|eva([1-9][0-9]*)")
 SPLITS = {"train": ("train",), "valid": ("valid_small", "valid"), "test": ("test",)}  # ours: theirs, first found
 
 
@@ -97,8 +99,9 @@ def build(args):
 def attention_options(args, row):
     if row == "softmax":
         return ["--decoder-attention", "softmax"]
-    chunk = 0 if row == "local" else int(row[3:])
-    return ["--decoder-attention", "eva", "--eva-window-size", args.window, "--eva-chunk-size", chunk, "--eva-rpe", "true"]
+    window = args.tokens_per_sample if row == "exact" else args.window
+    chunk = int(row[3:]) if row.startswith("eva") else 0
+    return ["--decoder-attention", "eva", "--eva-window-size", window, "--eva-chunk-size", chunk, "--eva-rpe", "true"]
 
 
 def train_command(args, bin_dir, row):
@@ -243,7 +246,7 @@ def parse_args(argv=None):
     for row in args.rows:
         match = ROW.fullmatch(row)
         if not match:
-            p.error(f"unknown row {row!r} in --rows: softmax, local or evaS (S: the chunk size)")
+            p.error(f"unknown row {row!r} in --rows: softmax, exact, local or evaS (S: the chunk size)")
         if match.group(1) and args.window % int(match.group(1)):
             p.error(f"row {row}: the chunk size {match.group(1)} must divide the window ({args.window})")
     if args.tokens_per_sample % args.window or args.tokens_per_sample // 4 <= args.window:

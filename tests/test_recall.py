@@ -49,6 +49,15 @@ def test_bad_arguments_are_refused_by_name(args, message, tmp_path, capsys):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_rows_differ_in_their_attention_only_and_exact_spans_the_block(tmp_path):
+    args = recall.parse_args(["data", "--work", str(tmp_path), "--rows", "softmax,exact,local,eva4"])
+    options = {row: [str(o) for o in recall.attention_options(args, row)] for row in args.rows}
+    assert options["softmax"] == ["--decoder-attention", "softmax"]
+    assert options["exact"][2:6] == ["--eva-window-size", "512", "--eva-chunk-size", "0"]
+    assert options["local"][2:6] == ["--eva-window-size", "64", "--eva-chunk-size", "0"]
+    assert options["eva4"][2:6] == ["--eva-window-size", "64", "--eva-chunk-size", "4"]
+
+
 def test_data_without_a_dictionary_is_named(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, tmp_path, "--work", tmp_path / "w"], env=ENV, capture_output=True, text=True)
     assert r.returncode == 1 and f"{tmp_path} has no dict.txt" in r.stderr and not (tmp_path / "w").exists()
