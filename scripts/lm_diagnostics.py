@@ -11,7 +11,9 @@ For each checkpoint (fairseq language models: EVA or softmax), on the first bloc
      - the share of the attention that goes outside E^n: exact softmax (same q, k, same bias inside E)
        against EVA's chunks; and log sum exp of the logits of the keys before E^n against that of the
        chunk summaries (a chunk of s keys summarised by one k~ starts log(s) too low);
-     - the relative error of the layer's EVA output against exact softmax attention.
+     - the relative error of the layer's EVA output against exact softmax attention;
+  3. for an EVA model with chunks, the loss again with the chunks removed at test time (local attention
+     with the same weights): what the chunk summaries carry.
 Without a checkpoint (--init), the same layer statistics of a freshly initialised EVAAttention on
 LayerNorm'd Gaussian inputs. Everything is computed in evaluation mode (omega = mu, no dropout).
 
@@ -146,6 +148,14 @@ def checkpoint_report(path, data, subset, num_blocks, window):
     for i, (attn, x) in enumerate(zip(layers, inputs)):
         if isinstance(attn, EVAAttention) and attn.causal and not attn.overlap:
             print_stats(f"   layer {i}", layer_stats(attn, x))
+    if any(attn.chunk_size for attn in eva):  # the same model as local attention: what do its chunks carry?
+        for attn in eva:
+            attn.chunk_size = 0
+        logits, _ = model(src)
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), tgt, reduction="none")
+        print(f"   without its chunks (chunk size 0 in every layer): loss {nll.mean():.3f}, later windows "
+              f"{nll[:, pos >= w].mean():.3f}; by position: "
+              + ", ".join(f"{span} {loss:.3f}" for span, loss in loss_by_position(nll).items()))
 
 
 def main():
