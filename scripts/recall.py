@@ -174,6 +174,8 @@ def evaluate(args, bin_dir, row):
 def describe(args, row):
     if row == "softmax":
         return "softmax (all earlier tokens)"
+    if row == "exact":
+        return "exact (all earlier tokens, relative position bias)"
     if row == "local":
         return f"local (window {args.window})"
     s = int(row[3:])
@@ -181,10 +183,11 @@ def describe(args, row):
 
 
 def finished_rows(work):
-    """The rows in `work` that have a test result, whatever --rows this run named: softmax, local, then EVA
-    by chunk size."""
+    """The rows in `work` that have a test result, whatever --rows this run named: softmax, exact, local, then
+    EVA by chunk size."""
     rows = [r for r in os.listdir(work) if ROW.fullmatch(r) and os.path.exists(os.path.join(work, r, "recall.json"))]
-    return sorted(rows, key=lambda r: (("softmax", "local").index(r), 0) if r in ("softmax", "local") else (2, int(r[3:])))
+    named = ("softmax", "exact", "local")
+    return sorted(rows, key=lambda r: (named.index(r), 0) if r in named else (len(named), int(r[3:])))
 
 
 def without_chunks(ppl):

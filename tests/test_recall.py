@@ -58,6 +58,16 @@ def test_rows_differ_in_their_attention_only_and_exact_spans_the_block(tmp_path)
     assert options["eva4"][2:6] == ["--eva-window-size", "64", "--eva-chunk-size", "4"]
 
 
+def test_report_orders_every_finished_row(tmp_path):
+    for row in ("eva16", "local", "eva4", "exact", "softmax", "eva8"):
+        (tmp_path / row).mkdir()
+        (tmp_path / row / "recall.json").write_text("{}")
+    (tmp_path / "eva2").mkdir()  # not evaluated: left out
+    assert recall.finished_rows(str(tmp_path)) == ["softmax", "exact", "local", "eva4", "eva8", "eva16"]
+    args = recall.parse_args(["data", "--work", str(tmp_path)])
+    assert recall.describe(args, "exact") == "exact (all earlier tokens, relative position bias)"
+
+
 def test_data_without_a_dictionary_is_named(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, tmp_path, "--work", tmp_path / "w"], env=ENV, capture_output=True, text=True)
     assert r.returncode == 1 and f"{tmp_path} has no dict.txt" in r.stderr and not (tmp_path / "w").exists()
