@@ -350,9 +350,9 @@ def task_tables(rows, task, half):
     by_row = {}
     for (row, seed), r in rows.items():
         by_row.setdefault(row, []).append(r)
-    test = [f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"]
+    test = f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"
     lines = ["At the end of each row's CPU-time budget:", "",
-             f"| row | seeds | CPU min budget | updates | CPU s | valid_small ppl | {test[0]} | load |",
+             f"| row | seeds | CPU min budget | updates | CPU s | valid_small ppl | {test} | load |",
              "|---|---|---|---|---|---|---|---|" + ("---|---|" if task == "lm" else "")]
     for row, rs in by_row.items():
         cells = [row, len(rs), seeds_text([r["budget"] for r in rs], "{:g}"),
