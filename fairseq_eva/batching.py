@@ -13,6 +13,8 @@ import functools
 
 import numpy as np
 
+from .wrap_once import wrap_once
+
 
 def _keep_last_batch(batch_by_size):
     @functools.wraps(batch_by_size)
@@ -23,7 +25,6 @@ def _keep_last_batch(batch_by_size):
             batches = [*batches, np.asarray(indices[kept:])]
         return batches
 
-    wrapper.keeps_last_batch = True
     return wrapper
 
 
@@ -31,8 +32,7 @@ def register():
     """Wrap fairseq's batch_by_size (idempotent)."""
     from fairseq.data import data_utils
 
-    if not getattr(data_utils.batch_by_size, "keeps_last_batch", False):
-        data_utils.batch_by_size = _keep_last_batch(data_utils.batch_by_size)
+    wrap_once(data_utils, "batch_by_size", _keep_last_batch)
 
 
 register()

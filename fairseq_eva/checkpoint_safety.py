@@ -32,6 +32,7 @@ import zipfile
 import torch
 
 from .errors import UserError
+from .wrap_once import wrap_once
 
 SAFE_GLOBALS = (argparse.Namespace,)
 
@@ -110,7 +111,6 @@ def _clear_errors(load_checkpoint_to_cpu):
                 raise  # a missing file or a folder: the OS's words are right
             raise not_a_checkpoint(path, error) from error
 
-    wrapper.gives_clear_errors = True
     return wrapper
 
 
@@ -124,8 +124,7 @@ def register():
             add(missing)
     from fairseq import checkpoint_utils
 
-    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "gives_clear_errors", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _clear_errors(checkpoint_utils.load_checkpoint_to_cpu)
+    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _clear_errors)
 
 
 def atomic_copy(src_path, dst_path, overwrite=False):

@@ -12,6 +12,8 @@ import atexit
 import functools
 import os
 
+from .wrap_once import wrap_once
+
 
 def missing_folders(path):
     """The folders of `path` that do not exist yet, deepest first."""
@@ -40,7 +42,6 @@ def _cleaned_up(verify_checkpoint_directory):
             atexit.register(remove_if_empty, made)
         return verify_checkpoint_directory(save_dir, *args, **kwargs)
 
-    wrapper.removes_empty_save_dir = True
     return wrapper
 
 
@@ -48,8 +49,7 @@ def register():
     """Wrap fairseq's verify_checkpoint_directory (idempotent)."""
     from fairseq import checkpoint_utils
 
-    if not getattr(checkpoint_utils.verify_checkpoint_directory, "removes_empty_save_dir", False):
-        checkpoint_utils.verify_checkpoint_directory = _cleaned_up(checkpoint_utils.verify_checkpoint_directory)
+    wrap_once(checkpoint_utils, "verify_checkpoint_directory", _cleaned_up)
 
 
 register()

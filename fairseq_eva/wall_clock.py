@@ -13,6 +13,8 @@ resume at an epoch's end.
 
 import functools
 
+from .wrap_once import wrap_once
+
 
 def _keep_wall_start(load_checkpoint):
     @functools.wraps(load_checkpoint)
@@ -26,7 +28,6 @@ def _keep_wall_start(load_checkpoint):
             after.start_time = before.start_time
         return result
 
-    wrapper.keeps_wall_start = True
     return wrapper
 
 
@@ -34,8 +35,7 @@ def register():
     """Wrap fairseq's Trainer.load_checkpoint (idempotent)."""
     from fairseq.trainer import Trainer
 
-    if not getattr(Trainer.load_checkpoint, "keeps_wall_start", False):
-        Trainer.load_checkpoint = _keep_wall_start(Trainer.load_checkpoint)
+    wrap_once(Trainer, "load_checkpoint", _keep_wall_start)
 
 
 register()
