@@ -38,6 +38,8 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
   eva         EVA with the paper's setting: lm window 128, chunks of 8 tokens; mlm window 256, C = 128
               chunks; relative position bias inside the window;
   eva-W-N     EVA with window W and, lm: chunks of N tokens, mlm: N chunks (the paper's (|E|, C));
+  eva...-V    an EVA row with a variant V of issue 19's step 4 (eva-nonoise, eva-128-8-linear): nonoise
+              (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal);
   local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W.
 """
 
@@ -54,7 +56,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TASKS = ("lm", "mlm", "approx")
-ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?")
+# EVA variants (a row name's last part): diagnostics of whether EVA's definition costs it against local attention
+VARIANTS = {"nonoise": ["--eva-omega-noise", "false"], "linear": ["--eva-proposal", "linear"],
+            "identity": ["--eva-proposal", "identity"]}
+ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?(?:-(%s))?"
+                 % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
 DEFAULT_ROWS = "softmax,eva,local"
 SEED_DIR = re.compile(r"(.+)-seed([0-9]+)")
@@ -75,7 +81,8 @@ def row_options(task, row, block):
     if block % window:
         raise ValueError(f"the block length ({block}) must be a multiple of row {row}'s {task} EVA window ({window})")
     chunk_options = ["--eva-chunk-size", chunks] if task == "lm" else ["--eva-num-chunks", chunks, "--eva-chunk-size", 0]
-    return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true"]
+    variant = VARIANTS[m.group(7)] if m.group(7) else []
+    return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true", *variant]
 
 
 def log(message):

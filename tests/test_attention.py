@@ -505,6 +505,16 @@ def test_evaluation_is_deterministic_and_training_samples(options):
     assert (mod(x) - mod(x)).abs().max() > 1e-6
 
 
+@pytest.mark.parametrize("options", NUMERIC_CASES, ids=str)
+def test_without_omega_noise_training_equals_evaluation(options):
+    """omega_noise=False (the diagnostic of --eva-omega-noise false): training takes omega = mu, as evaluation
+    does, so with dropout 0 the two outputs agree; the default samples (the test above)."""
+    mod = make(omega_noise=False, **options)
+    x = inputs(2, 19)
+    y = mod(x)
+    torch.testing.assert_close(mod.train()(x), y, **TOL)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_without_chunks_training_equals_evaluation(causal):
     """With no chunks and dropout 0 nothing is sampled: train and eval outputs agree."""

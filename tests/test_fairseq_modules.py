@@ -390,6 +390,19 @@ def test_fairseqs_batching_keeps_every_sentence(n, max_tokens):
     assert all(len(b) % 8 == 0 for b in batches[:-1])
 
 
+def test_eva_omega_noise_reaches_every_eva_self_attention():
+    """--eva-omega-noise false turns the training sample off in every EVA layer with chunks; the default keeps
+    the paper's sampled omega; a value that is not a boolean is refused by argparse."""
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    for flag, expected in (([], True), (["--eva-omega-noise", "false"], False)):
+        model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, *flag, dictionary=d)
+        layers = [m for m in model.modules() if isinstance(m, EVAAttention) and m.chunks is not None]
+        assert layers and {m.chunks.omega_noise for m in layers} == {expected}
+    with pytest.raises(SystemExit):
+        parse("translation", "transformer_eva_tiny", "--eva-omega-noise", "maybe")
+
+
 def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():
     """--eva-kernel (hydra: model.eva_kernel) reaches every EVA self-attention, encoder and decoder; the default
     is auto; a pinned kernel computes the model (here the blockwise kernel, on the same weights as auto, to

@@ -87,8 +87,12 @@ def test_row_options_say_each_rows_attention():
                                                   "--eva-chunk-size", "0", "--eva-rpe", "true"]
     assert lc.row_options("mlm", "eva-512-128", 4096)[3:6] == ["512", "--eva-num-chunks", "128"]
     assert lc.row_options("mlm", "local", 4096)[3:6] == ["256", "--eva-num-chunks", "0"]
-    with pytest.raises(ValueError, match="unknown row 'eva-0-8'"):
-        lc.row_options("lm", "eva-0-8", 512)
+    assert lc.row_options("lm", "eva-nonoise", 512)[-2:] == ["--eva-omega-noise", "false"]
+    assert lc.row_options("mlm", "eva-32-16-linear", 512)[3:] == ["32", "--eva-num-chunks", "16", "--eva-chunk-size", "0",
+                                                                  "--eva-rpe", "true", "--eva-proposal", "linear"]
+    for bad in ("eva-0-8", "local-nonoise", "eva-identity-8"):
+        with pytest.raises(ValueError, match=f"unknown row '{bad}'"):
+            lc.row_options("lm", bad, 512)
 
 
 @pytest.mark.parametrize("task", ["lm", "mlm"])

@@ -32,8 +32,9 @@ def proposal_projection(kind, dim):
 class ChunkSummaries(nn.Module):
     """Computes (k~, beta) for all chunks at once; sigma_q and sigma_k are shared by the heads."""
 
-    def __init__(self, head_dim, proposal="layernorm"):
+    def __init__(self, head_dim, proposal="layernorm", omega_noise=True):
         super().__init__()
+        self.omega_noise = omega_noise  # False: omega = mu in training too (a diagnostic; the paper samples)
         self.sigma_q = proposal_projection(proposal, head_dim)
         self.sigma_k = proposal_projection(proposal, head_dim)
         self.scale = head_dim**-0.5
@@ -41,7 +42,7 @@ class ChunkSummaries(nn.Module):
     def _proposal(self, q_mean, k_mean):
         k_summary = self.sigma_k(k_mean)
         omega = self.sigma_q(q_mean) + k_summary
-        if self.training:
+        if self.training and self.omega_noise:
             omega = omega + torch.randn_like(omega)
         return k_summary, omega
 

@@ -38,7 +38,8 @@ def _pad_positions(t, before, after):
 
 def check_options(
     embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
-    use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", name=lambda field: field,
+    use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
+    name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -57,6 +58,7 @@ def check_options(
     need(not (num_chunks and chunk_size), f"set {chunks[0]} ({num_chunks}) or {chunks[1]} ({chunk_size}), not both")
     need(0.0 <= dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {dropout!r}")
     need(proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
+    need(isinstance(omega_noise, bool), f"{name('omega_noise')} must be true or false, got {omega_noise!r}")
     need(kernel == "auto" or kernel in KERNELS,
          f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
     window = name("window_size")
@@ -100,12 +102,13 @@ class EVAAttention(nn.Module):
         dropout=0.0,
         bias=True,
         kernel="auto",
+        omega_noise=True,
     ):
         super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
-            rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel,
+            rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
         )
         self.kernel = kernel
         self.embed_dim = embed_dim
@@ -121,7 +124,7 @@ class EVAAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.chunks = ChunkSummaries(self.head_dim, proposal) if (num_chunks or chunk_size) else None
+        self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise) if (num_chunks or chunk_size) else None
         self.rpe = None
         if use_rpe and window_size > 0:
             self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance)

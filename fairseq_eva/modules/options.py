@@ -80,6 +80,9 @@ _COMMON = (
     ("--eva-proposal", dict(choices=list(PROPOSALS), metavar=_PROPOSAL_METAVAR, help=(
         "EVA: projection sigma of the chunk summaries that form the proposal: Linear + LayerNorm (the paper's, "
         "'layernorm'), Linear only, or the identity"))),
+    ("--eva-omega-noise", dict(type=eva_bool, metavar="BOOL", help=(
+        "EVA: in training, draw each chunk's proposal sample omega = mu + noise (true, the paper's) or take "
+        "omega = mu as at evaluation (false, a diagnostic)"))),
     ("--eva-rpe", dict(type=eva_bool, metavar="BOOL", help=(
         "EVA: T5-style bucketed relative position bias inside the local set (true/false)"))),
     ("--eva-rpe-num-buckets", dict(type=int, metavar="INT", help=(
@@ -146,6 +149,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
     if user_size is None:
         args.eva_chunk_size = 0 if user_chunks else chunk_size
     args.eva_proposal = safe_getattr(args, "eva_proposal", "layernorm")
+    args.eva_omega_noise = safe_getattr(args, "eva_omega_noise", True)
     args.eva_rpe = safe_getattr(args, "eva_rpe", True)
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
     args.eva_rpe_max_distance = safe_getattr(args, "eva_rpe_max_distance", 128)
@@ -171,6 +175,7 @@ def _attributes(role):
         "num_chunks": "eva_num_chunks",
         "chunk_size": prefix + "chunk_size",
         "proposal": "eva_proposal",
+        "omega_noise": "eva_omega_noise",
         "use_rpe": "eva_rpe",
         "rpe_num_buckets": "eva_rpe_num_buckets",
         "rpe_max_distance": "eva_rpe_max_distance",
@@ -204,6 +209,7 @@ class EVAOptions:
     num_chunks: int
     chunk_size: int
     proposal: str
+    omega_noise: bool
     use_rpe: bool
     rpe_num_buckets: int
     rpe_max_distance: int
@@ -225,6 +231,8 @@ class EVAOptions:
                 value = 0.0
             elif field.name == "kernel" and value is None:  # (checkpoints from before the option)
                 value = "auto"
+            elif field.name == "omega_noise" and value is None:  # likewise
+                value = True
             elif value is None:
                 raise EVAOptionError(f"EVA in the {_WHERE[role]} needs {option_name(attributes[field.name], hydra)} "
                                      "(no architecture default set it)")
