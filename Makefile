@@ -46,7 +46,7 @@ clean:
 	rm -rf $(VENV) *.egg-info
 
 # On a CUDA machine (make setup TORCH='torch==X' for a CUDA build): correctness per kernel, speed against flash
-# SDPA, the paper's configs under fairseq-hydra-train --fp16 and a clean exit, in about 7 minutes (README, "GPU check");
+# SDPA, the paper's configs under fairseq-hydra-train --fp16, a clean exit and a profile, in about 12 minutes (README, "GPU check");
 # e.g. make gpu-check GPU_CHECK_ARGS='--parts speed_tokens'
 GPU_CHECK_ARGS ?=
 gpu-check: setup

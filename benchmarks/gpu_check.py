@@ -3,10 +3,10 @@
     make gpu-check        # = python -m benchmarks.gpu_check --out benchmarks/results/gpu
     python -m benchmarks.gpu_check --smoke --out /tmp/smoke   # every part on the CPU at tiny sizes
 
-Five parts, run in this order, each within its own time budget (BUDGETS, about 7 minutes in all on an
-H100 or H200; the whole call must fit 8). A part that fails or runs out of time keeps what it measured
-and the next part runs; gpu_check.json and gpu_check.md are written again after every row, so a call that
-is killed leaves its table so far.
+Six parts, run in this order, each within its own time budget (BUDGETS, about 12 minutes in all on an
+H100 or H200; a lent machine's 10-minute calls take it in two, docs/RESULTS.md says how). A part that
+fails or runs out of time keeps what it measured and the next part runs; gpu_check.json and gpu_check.md
+are written again after every row, so a call that is killed leaves its table so far.
 1. correctness: for each kernel that runs on CUDA (KERNELS), EVA on CUDA against the same module in float64
    on the CPU (whose kernels the test suite checks against the per-query definition): float32, float16,
    bfloat16 weights and autocast; bidirectional (left padding) and causal (right padding); training with a
@@ -24,8 +24,12 @@ is killed leaves its table so far.
 5. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
    translation model; fairseq_eva/clean_exit.py) must exit 0; then the same run with that fix switched
    off, which shows whether the cause is the one found.
+6. profile: why a layer takes its time. Each EVA layer at 8 x 8192 (also with the bias alone and with
+   dropout alone), one forward + backward: the time per
+   call, the host's CPU time per call (launching, without waiting for the GPU) and the GPU's kernel time
+   (torch.profiler); the larger of the last two bounds the first. The kernels that take the most time.
 Writes gpu_check.json and gpu_check.md under --out; the binarised sample, the fairseq logs and run folders
-under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check", says how to run it in one call.
+under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check: two calls on a lent GPU", says how.
 """
 
 import argparse
@@ -48,10 +52,12 @@ from fairseq_eva.attention import EVAAttention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "data", "sample")
-PARTS = ("correctness", "speed_tokens", "speed_batch1", "paper_configs", "clean_exit")
-# seconds per part on an H100 / H200, from the H200 run of docs/RESULTS.md ("GPU check": correctness and
-# both speed tables then took under 100 s, a paper config 20 to 30 s) with room for Triton's first compiles
-BUDGETS = {"correctness": 75, "speed_tokens": 70, "speed_batch1": 40, "paper_configs": 190, "clean_exit": 65}
+PARTS = ("correctness", "speed_tokens", "speed_batch1", "paper_configs", "clean_exit", "profile")
+# seconds per part on an H100 / H200, from the H200 runs of docs/RESULTS.md ("GPU check with the Triton
+# kernel": with the Triton kernel's first compiles, correctness needs about 120 s, a speed table about 100 s,
+# a paper config 30 s, or 65 s for EVA's first, which compiles). The whole check is two calls (RESULTS).
+BUDGETS = {"correctness": 130, "speed_tokens": 110, "speed_batch1": 45, "paper_configs": 280, "clean_exit": 100,
+           "profile": 60}
 KERNELS = ("triton", "fused", "blockwise")  # the kernels that run on CUDA, the new one first
 OUT_OF_TIME = "skipped: the part's time budget ran out"
 # relative error bounds per precision (outputs and gradients)
@@ -70,6 +76,15 @@ LAYERS = {
     "eva-causal": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, kernel=kernel),
     "eva-causal+rpe+dropout": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, use_rpe=True,
                                                                   dropout=0.1, kernel=kernel),
+}
+# the profile's layers: the speed tables' EVA layers, and the bias and dropout apart, to tell their costs apart
+PROFILE_LAYERS = {
+    **{name: build for name, build in LAYERS.items() if name.startswith("eva")},
+    "eva+rpe": lambda kernel: baselines.eva(D_MODEL, HEADS, WINDOW, CHUNKS, use_rpe=True, kernel=kernel),
+    "eva+dropout": lambda kernel: baselines.eva(D_MODEL, HEADS, WINDOW, CHUNKS, dropout=0.1, kernel=kernel),
+    "eva-causal+rpe": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, use_rpe=True, kernel=kernel),
+    "eva-causal+dropout": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, dropout=0.1,
+                                                              kernel=kernel),
 }
 # (config, data, EVA's softmax twin); the language models' adaptive input and softmax cutoffs are set for
 # the sample's 8000 words
@@ -93,12 +108,13 @@ def settings(smoke):
     """What each part runs: the GPU check, or the same code at tiny sizes on the CPU (--smoke)."""
     if smoke:
         return dict(device="cpu", precisions=("float32", "autocast-bfloat16"), draws=100, dtype="float32", tokens=512,
-                    token_lengths=[256, 512], batch1_lengths=[128, 256], repeats=1, min_time=0.0, updates=3, log_interval=1,
-                    exit_updates=3, run_timeout=300, train=["--cpu"], hydra=["common.cpu=true", "common.fp16=false"])
+                    token_lengths=[256, 512], batch1_lengths=[128, 256], profile_shape=(256, 2), repeats=1, min_time=0.0,
+                    updates=3, log_interval=1, exit_updates=3, run_timeout=300, train=["--cpu"],
+                    hydra=["common.cpu=true", "common.fp16=false"])
     return dict(device="cuda", precisions=tuple(BOUNDS), draws=400, dtype="bfloat16", tokens=65536,
                 token_lengths=[1024, 2048, 4096, 8192, 16384, 32768], batch1_lengths=[1024, 2048, 4096, 8192, 16384, 32768],
-                repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200, run_timeout=75, train=["--fp16"],
-                hydra=[])
+                profile_shape=(8192, 8), repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200,
+                run_timeout=75, train=["--fp16"], hydra=[])
 
 
 def parse_args(argv):
@@ -108,8 +124,12 @@ def parse_args(argv):
                         help="folder for the binarised sample, the fairseq logs and run folders (default: work/gpu_check)")
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU at tiny sizes (the tests run this)")
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="the parts to run (default: all)")
-    parser.add_argument("--budget", type=float, default=450.0, help="seconds for the whole check; no part starts a row after it")
+    parser.add_argument("--budget", type=float, default=float(sum(BUDGETS.values())),
+                        help="seconds for the whole check; no part starts a row after it (default: the parts' budgets)")
     parser.add_argument("--speed-kernel", default="auto", help="the EVA kernel of the speed tables (default: auto)")
+    parser.add_argument("--lengths", type=int, nargs="+", help="only these N in the speed tables (default: all)")
+    parser.add_argument("--configs", nargs="+", choices=[c for pair in PAPER_CONFIGS for c in (pair[0], pair[2])],
+                        help="the paper configs to train (default: all)")
     return parser.parse_args(argv)
 
 
@@ -158,8 +178,20 @@ def refused(error):
     return isinstance(error, ValueError) and "kernel" in str(error)
 
 
-def attempt(row, compute):
+def interpreter_limit(kernel, device, precision):
+    """Why a row cannot be checked here, or None: Triton's CPU interpreter (--smoke) computes bfloat16 wrongly
+    (a tl.dot of bfloat16 tiles is off by 1e10 in Triton 3.9's), so the Triton kernel's bfloat16 is checked
+    on a GPU only (as in tests/test_triton_kernel.py)."""
+    if kernel == "triton" and torch.device(device).type == "cpu" and "bfloat16" in precision:
+        return "Triton's CPU interpreter computes bfloat16 wrongly; checked on a GPU only"
+    return None
+
+
+def attempt(row, compute, device=None):
     """row with compute()'s (output error, gradient error, ok) filled in, or with why it could not run."""
+    limit = None if device is None else interpreter_limit(row["kernel"], device, row["precision"])
+    if limit is not None:
+        return dict(row, output_error=float("nan"), gradient_error=float("nan"), status="n/a", note=limit)
     try:
         err_y, err_g, ok = compute()
     except Exception as error:  # the row says what happened; the other rows still run
@@ -235,7 +267,7 @@ def case_checks(references, kernel, device, precisions):
                     err_y, err_g = relative_error(y, ref_y), relative_error(g, ref_g)
                     return err_y, err_g, math.isfinite(err_y) and math.isfinite(err_g) and max(err_y, err_g) <= bound
 
-                return attempt(row, compute)
+                return attempt(row, compute, device)
 
             yield check
 
@@ -259,7 +291,7 @@ def decoding_checks(kernel, device, precisions):
                 err = relative_error(steps, full.double().cpu())
                 return err, float("nan"), err <= bound
 
-            return attempt(row, compute)
+            return attempt(row, compute, device)
 
         yield check
 
@@ -312,7 +344,7 @@ def dropout_checks(kernel, device, draws, p=0.1):
                 row["check"] += f" (one draw: {dropped:.2f})"
                 return err, float("nan"), err <= row["bound"] and dropped > 1e-2
 
-            return attempt(row, compute)
+            return attempt(row, compute, device)
 
         yield replay
         yield mean
@@ -404,6 +436,62 @@ def ratios(rows):
     return speed.ratios([r for r in rows if "layer_s" in r])
 
 
+def profile_part(N, batch, kernel, device, dtype, deadline, emit):
+    """Rows of the profile: each layer of PROFILE_LAYERS at (N, batch), or why it has none."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, N, D_MODEL, device=device, dtype=dtype, requires_grad=True)
+    grad = torch.randn_like(x)
+    rows = []
+    for name, build in PROFILE_LAYERS.items():
+        row = dict(N=N, batch=batch, mechanism=name)
+        if time.monotonic() > deadline:
+            row["error"] = OUT_OF_TIME
+        else:
+            try:
+                row.update(profile_layer(build(kernel).to(device, dtype).train(), x, grad, device))
+            except Exception as error:  # one failing layer does not cost the others
+                row["error"] = (str(error).splitlines() or [repr(error)])[0][:300]
+        rows.append(row)
+        emit(rows)
+    return rows
+
+
+def profile_layer(layer, x, grad, device, calls=3, top=6):
+    """Milliseconds per forward + backward: wall (synchronised), host (the process's CPU time, all threads:
+    launching and Python, which runs ahead of the GPU) and GPU (the kernels' time, torch.profiler); the
+    costliest kernels, or host operators where there is no GPU."""
+    call = speed.layer_call(layer, x, grad)
+    for _ in range(2):  # compiles and warms the allocator
+        call()
+    common.synchronize(device)
+    wall, host = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        call()
+    host = time.process_time() - host
+    common.synchronize(device)
+    wall = time.perf_counter() - wall
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        call()
+        common.synchronize(device)
+    gpu, costliest = kernel_times(prof.events())
+    if gpu is None:
+        costliest = {e.key: e.self_cpu_time_total / 1e3 for e in prof.key_averages()}
+    costliest = sorted(costliest.items(), key=lambda kv: -kv[1])[:top]
+    return dict(wall_ms=1e3 * wall / calls, host_ms=1e3 * host / calls, gpu_ms=gpu,
+                bound=None if gpu is None else ("host" if 1e3 * host / calls >= gpu else "GPU"), costliest=costliest)
+
+
+def kernel_times(events):
+    """(total milliseconds of the GPU's kernels and copies, milliseconds by kernel name); (None, {}) with none.
+    Only device-side events: an operator's own "device time" would count its kernels twice."""
+    by_name = {}
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3
+    return (sum(by_name.values()), by_name) if by_name else (None, {})
+
+
 # ------------------------------------------------------------------------------------------------ fairseq
 
 
@@ -485,9 +573,9 @@ def hydra_overrides(config, data, save, s):
     return over
 
 
-def paper_configs(s, data, work, deadline, emit):
+def paper_configs(s, data, work, deadline, emit, configs=None):
     rows = []
-    for config in [name for eva, _, softmax in PAPER_CONFIGS for name in (eva, softmax)]:
+    for config in [name for eva, _, softmax in PAPER_CONFIGS for name in (eva, softmax) if name in (configs or [name])]:
         kind = next(k for eva, k, softmax in PAPER_CONFIGS if config in (eva, softmax))
         left = deadline - time.monotonic()
         if left < 15:
@@ -623,6 +711,21 @@ def summary(result):
             lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | "
                          f"{number(s.get('memory_ratio'), '.2f')} |")
         lines.append("")
+    part = result.get("profile")
+    if part:
+        lines += [f"## Where a layer's time goes (forward + backward, {result['settings']['dtype']})", "",
+                  "host: the process's CPU time a call (launching, Python); GPU: its kernels' time (torch.profiler). "
+                  "The larger bounds the time a call.", "",
+                  "| N | batch | layer | ms a call | host ms | GPU ms | bound by | costliest (ms) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in part["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {r['error']} | | | | |")
+                continue
+            costliest = "; ".join(f"{name[:50]} {ms:.2f}" for name, ms in r["costliest"])
+            lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {r['wall_ms']:.2f} | {r['host_ms']:.2f} | "
+                         f"{number(r['gpu_ms'], '.2f')} | {r['bound'] or '-'} | {costliest} |")
+        lines.append("")
     for key, title in (("paper_configs", "fairseq-hydra-train, the paper's configs on the sample"),
                        ("clean_exit", "Clean exit: fairseq-train of the tiny EVA translation model")):
         part = result.get(key)
@@ -726,11 +829,26 @@ def main(argv=None):
 
         return run
 
+    def run_profile(deadline):
+        part = result["profile"] = {"kernel": args.speed_kernel, "rows": []}
+
+        def emit(rows):
+            part["rows"] = rows
+            write(result, out)
+
+        N, batch = s["profile_shape"]
+        profile_part(N, batch, args.speed_kernel, device, dtype, deadline, emit)
+        return "ok"
+
+    def lengths(default):
+        return [N for N in default if N in args.lengths] if args.lengths else default
+
     steps = {"correctness": run_correctness,
-             "speed_tokens": run_speed("speed_tokens", [(N, s["tokens"] // N) for N in s["token_lengths"]]),
-             "speed_batch1": run_speed("speed_batch1", [(N, 1) for N in s["batch1_lengths"]]),
-             "paper_configs": run_fairseq("paper_configs", paper_configs),
-             "clean_exit": run_fairseq("clean_exit", clean_exit_check)}
+             "speed_tokens": run_speed("speed_tokens", [(N, s["tokens"] // N) for N in lengths(s["token_lengths"])]),
+             "speed_batch1": run_speed("speed_batch1", [(N, 1) for N in lengths(s["batch1_lengths"])]),
+             "paper_configs": run_fairseq("paper_configs", lambda *a: paper_configs(*a, configs=args.configs)),
+             "clean_exit": run_fairseq("clean_exit", clean_exit_check),
+             "profile": run_profile}
     for name in [p for p in PARTS if p in args.parts]:
         start = time.monotonic()
         # --smoke has no budgets: a loaded CPU is slow, and the tests check the budgets on their own

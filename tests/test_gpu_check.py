@@ -45,6 +45,17 @@ def test_a_wrong_result_is_a_failed_row_and_a_refusal_is_not():
     assert crash["status"] == "FAIL" and "ZeroDivisionError" in crash["note"]
 
 
+def test_the_interpreters_bfloat16_is_not_a_triton_failure():
+    """On the CPU (Triton's interpreter, --smoke) the Triton kernel's bfloat16 rows are n/a, not run; on a GPU
+    they run, and other kernels run everywhere."""
+    broken = lambda: 1 / 0  # noqa: E731
+    row = dict(kernel="triton", check="c", precision="autocast-bfloat16", bound=5e-2)
+    assert gpu_check.attempt(row, broken, "cpu")["status"] == "n/a"
+    assert gpu_check.attempt(row, broken, "cuda")["status"] == "FAIL"
+    assert gpu_check.attempt(dict(row, kernel="fused"), broken, "cpu")["status"] == "FAIL"
+    assert gpu_check.attempt(dict(row, precision="float32"), broken, "cpu")["status"] == "FAIL"
+
+
 def test_relative_error_flags_a_wrong_output():
     ref = torch.randn(100, dtype=torch.float64)
     assert gpu_check.relative_error(ref.float(), ref) < 1e-7
@@ -58,6 +69,8 @@ def test_a_spent_budget_skips_what_is_left(tmp_path):
     emitted = []
     speed_rows = gpu_check.speed_part([(256, 2), (512, 1)], "auto", torch.device("cpu"), torch.float32, 1, 0.0, 0, emitted.append)
     assert [r["error"] for r in speed_rows] == [gpu_check.OUT_OF_TIME] * 2 and emitted
+    profile_rows = gpu_check.profile_part(256, 2, "auto", torch.device("cpu"), torch.float32, 0, lambda rows: None)
+    assert [r["error"] for r in profile_rows] == [gpu_check.OUT_OF_TIME] * len(gpu_check.PROFILE_LAYERS)
     for check in (gpu_check.paper_configs, gpu_check.clean_exit_check):
         runs = check(gpu_check.settings(True), {"mt": "-", "lm": "-"}, str(tmp_path), 0, lambda rows: None)
         assert runs and all(r["error"] == gpu_check.OUT_OF_TIME for r in runs)
@@ -113,6 +126,31 @@ def test_only_the_control_run_may_fail():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
+def test_profile_counts_device_events_once():
+    """The GPU time is the device-side events' alone (an operator's own device time would count its kernels
+    twice), summed by kernel name; with no device events there is none."""
+    class Event:
+        def __init__(self, name, device, us):
+            self.name, self.device_type = name, device
+            self.time_range = type("Range", (), {"elapsed_us": lambda self: us})()
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [Event("aten::mm", cpu, 900.0), Event("gemm", cuda, 300.0), Event("gemm", cuda, 200.0),
+              Event("eva_forward", cuda, 1000.0)]
+    total, by_name = gpu_check.kernel_times(events)
+    assert total == pytest.approx(1.5) and by_name == pytest.approx({"gemm": 0.5, "eva_forward": 1.0})
+    assert gpu_check.kernel_times(events[:1]) == (None, {})
+
+
+def test_profile_on_the_cpu():
+    """Each EVA layer gets its time and host time a call, and the host operators that cost most."""
+    rows = gpu_check.profile_part(64, 1, "auto", torch.device("cpu"), torch.float32, math.inf, lambda rows: None)
+    assert [r["mechanism"] for r in rows] == list(gpu_check.PROFILE_LAYERS)
+    for r in rows:
+        assert r["wall_ms"] > 0 and r["host_ms"] > 0 and r["gpu_ms"] is None and r["bound"] is None
+        assert len(r["costliest"]) == 6 and all(ms >= 0 for _, ms in r["costliest"])
+
+
 def test_refuses_to_run_without_cuda():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode != 0 and "no CUDA device" in proc.stderr and "--smoke" in proc.stderr
@@ -149,7 +187,7 @@ def test_smoke_run_writes_every_part(tmp_path):
         assert r["intervals"] == s["updates"] and math.isfinite(r["last_loss"]) and r["words_per_second"] > 0, r
     text = (out / "gpu_check.md").read_text()
     for title in ("Correctness against the float64 CPU reference", f"{s['tokens']} tokens a call", "batch 1",
-                  "fairseq-hydra-train", "Clean exit", "Targets (issue 17)"):
+                  "fairseq-hydra-train", "Clean exit", "Where a layer's time goes", "Targets (issue 17)"):
         assert title in text
     assert proc.stdout.count("[gpu_check]") == len(gpu_check.PARTS)
 
