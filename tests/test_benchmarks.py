@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import approximation, baselines, decoding, speed, training
+from benchmarks import approximation, baselines, decoding, op_count, speed, training
 
 
 def run(module, tmp_path, *argv):
@@ -79,3 +79,23 @@ def test_training(tmp_path):
     rows = {(r["setting"], r["attention"]): r for r in data["results"]}
     assert set(rows) == {(s, a) for s in ("translation", "lm-32") for a in ("eva", "softmax")}
     assert all(r["tokens_per_s"] > 0 and r["tokens_per_step"] > 0 for r in rows.values())
+
+
+def test_op_counter_counts_operations_and_new_tensors():
+    """Every aten call is an operation; a view is not a new tensor."""
+    x = torch.randn(4, 6)
+    with op_count.OpCounter() as counter:
+        y = (x + 1).view(24)
+        y.mul_(2)
+    assert counter.ops == {"add": 1, "view": 1, "mul_": 1}
+    assert counter.new == 1  # add's output; view and the in-place mul_ return an alias
+
+
+def test_op_count(capsys):
+    """The table has every EVA layer of the GPU check and the projections; EVA dispatches more than its
+    projections."""
+    assert op_count.main(["--kernel", "blockwise", "--length", "64"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and "---" not in line and "operations" not in line}
+    assert set(rows) == {"eva", "eva+rpe+dropout", "eva-causal", "eva-causal+rpe+dropout", "projections"}
+    assert all(int(rows[name][1]) > int(rows["projections"][1]) for name in rows if name != "projections")
