@@ -353,10 +353,15 @@ def spaced(values, most=8):
 
 def task_tables(rows, task, half):
     """Markdown lines: the rows at the end of their budget (equal CPU time), valid_small perplexity at equal
-    updates and at equal CPU time; a row of several seeds shows their mean, then each seed's value."""
+    updates and at equal CPU time; a row of several seeds shows their mean, then each seed's value. A row whose
+    seeds ran to different budgets (one resumed further) is one line per budget, "row (B min)"."""
+    budgets = {}
+    for (row, seed), r in rows.items():
+        budgets.setdefault(row, set()).add(r["budget"])
     by_row = {}
     for (row, seed), r in rows.items():
-        by_row.setdefault(row, []).append(r)
+        name = row if len(budgets[row]) == 1 else f"{row} ({r['budget']:g} min)"
+        by_row.setdefault(name, []).append(r)
     test = f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"
     lines = ["At the end of each row's CPU-time budget:", "",
              f"| row | seeds | CPU min budget | updates | CPU s | valid_small ppl | {test} | load |",
@@ -372,16 +377,19 @@ def task_tables(rows, task, half):
             cells.append(seeds_text([r["test"]["test"] for r in rs]))
         cells.append(", ".join(load_text(r["load"]) for r in rs))
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    updates = sorted(set.intersection(*({p["updates"] for p in r["curve"]} for r in rows.values())) - {0})
+    # validations that at least two runs share (a row's last, off-grid point is its own); "-" where a run has none
+    seen = [{p["updates"] for p in r["curve"]} - {0} for r in rows.values()]
+    updates = sorted(u for u in set().union(*seen) if sum(u in points for points in seen) >= 2)
     if updates:
         columns = spaced(updates)
         lines += ["", "valid_small perplexity at equal updates:", "", "| row | " + " | ".join(map(str, columns)) + " |",
                   "|---|" + "---|" * len(columns)]
         for row, rs in by_row.items():
-            values = [[next(p["ppl"] for p in r["curve"] if p["updates"] == u) for r in rs] for u in columns]
+            values = [[next((p["ppl"] for p in r["curve"] if p["updates"] == u), None) for r in rs] for u in columns]
             lines.append(f"| {row} | " + " | ".join(seeds_text(v) for v in values) + " |")
-    end = min(r["curve"][-1]["cpu_s"] for r in rows.values() if r["curve"])
-    minutes = sorted({round(end / 60 * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} - {0})
+    # a quarter, half, ... of the longest run, and the end of each shorter one
+    ends = [r["curve"][-1]["cpu_s"] for r in rows.values() if r["curve"]]
+    minutes = sorted({round(max(ends) / 60 * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} | {round(e / 60, 1) for e in ends} - {0})
     lines += ["", "valid_small perplexity at equal CPU time (minutes; interpolated between validations):", "",
               "| row | " + " | ".join(f"{m:g}" for m in minutes) + " |", "|---|" + "---|" * len(minutes)]
     for row, rs in by_row.items():

@@ -182,9 +182,20 @@ def test_report_gives_each_seed_beside_the_mean_at_equal_updates_and_cpu_time(tm
     assert "| row | 10 | 20 |" in equal_updates
     assert "| local | 350.00 (400.00, 300.00) | 150.00 (100.00, 200.00) |" in equal_updates
     equal_time = text.split("perplexity at equal CPU time")[1]
-    assert "| row | 0.5 | 1 | 1.5 | 2 |" in equal_time  # a quarter, half, ... of the shortest row's 2 minutes
-    assert "| eva-128-4 | - | - | 500.00 | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
+    assert "| row | 1.1 | 2 | 2.2 | 3.4 | 4.5 |" in equal_time  # quarters of the longest run, and each run's end
+    assert "| eva-128-4 | - | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
+    assert "| local | 318.15 (348.22, 288.08) | 150.00 (100.00, 200.00) | - | - | - |" in equal_time
     assert equal_time.index("eva-128-4") < equal_time.index("local")
+
+
+def test_report_splits_a_row_whose_seeds_ran_to_different_budgets(tmp_path):
+    """A seed resumed to a larger budget is not averaged with one that stopped earlier: one line per budget."""
+    fake_row(tmp_path, "local", 60.0, {"0": 10.0, "1024": 10.0})
+    fake_row(tmp_path, "local-seed2", 20.0, {"0": 12.0, "1024": 12.0})
+    lc.report(lc.parse_args(["corpus", "--work", str(tmp_path)]))
+    text = (tmp_path / "results.md").read_text()
+    assert "| local (60 min) | 1 | 60 | 10 | 61 | 400.00 | 10.00 | 10.00 | 0.0% | - |" in text
+    assert "| local (20 min) | 1 | 20 | 10 | 61 | 400.00 | 12.00 | 12.00 | 0.0% | - |" in text
 
 
 def test_ppl_at_cpu_interpolates_in_log_perplexity_and_not_beyond_the_curve():
