@@ -387,9 +387,9 @@ def task_tables(rows, task, half):
         for row, rs in by_row.items():
             values = [[next((p["ppl"] for p in r["curve"] if p["updates"] == u), None) for r in rs] for u in columns]
             lines.append(f"| {row} | " + " | ".join(seeds_text(v) for v in values) + " |")
-    # a quarter, half, ... of the longest run, and the end of each shorter one
-    ends = [r["curve"][-1]["cpu_s"] for r in rows.values() if r["curve"]]
-    minutes = sorted({round(max(ends) / 60 * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} | {round(e / 60, 1) for e in ends} - {0})
+    # a quarter, half, ... of the largest budget, and each smaller budget (a run ends just past its budget)
+    ends = {r["budget"] for r in rows.values()}
+    minutes = sorted({round(max(ends) * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} | ends - {0})
     lines += ["", "valid_small perplexity at equal CPU time (minutes; interpolated between validations):", "",
               "| row | " + " | ".join(f"{m:g}" for m in minutes) + " |", "|---|" + "---|" * len(minutes)]
     for row, rs in by_row.items():

@@ -170,19 +170,19 @@ def test_report_gives_each_seed_beside_the_mean_at_equal_updates_and_cpu_time(tm
     for name, points in curves.items():
         d = tmp_path / name
         d.mkdir()
-        (d / "done").write_text("3\n")
+        (d / "done").write_text(f"{points[-1][0] / 60:g}\n")  # the budget, in minutes
         (d / "curve.jsonl").write_text("".join(json.dumps({"cpu_s": c, "updates": u, "ppl": p}) + "\n" for c, u, p in points))
         (d / "test_ppl.json").write_text(json.dumps({"0": 100.0, "1024": 90.0}))
         (d / "command.txt").write_text("_train\n")
     lc.report(lc.parse_args(["corpus", "--work", str(tmp_path)]))
     text = (tmp_path / "results.md").read_text()
-    assert "| eva-128-4 | 1 | 3 | 30 | 270 | 125.00 | 100.00 | 90.00 | 10.0% |" in text
-    assert "| local | 2 | 3 (3, 3) | 20 (20, 20) | 120 (120, 120) | 150.00 (100.00, 200.00) |" in text
+    assert "| eva-128-4 | 1 | 4.5 | 30 | 270 | 125.00 | 100.00 | 90.00 | 10.0% |" in text
+    assert "| local | 2 | 2 (2, 2) | 20 (20, 20) | 120 (120, 120) | 150.00 (100.00, 200.00) |" in text
     equal_updates = text.split("at equal updates:")[1].split("perplexity at equal CPU time")[0]
     assert "| row | 10 | 20 |" in equal_updates
     assert "| local | 350.00 (400.00, 300.00) | 150.00 (100.00, 200.00) |" in equal_updates
     equal_time = text.split("perplexity at equal CPU time")[1]
-    assert "| row | 1.1 | 2 | 2.2 | 3.4 | 4.5 |" in equal_time  # quarters of the longest run, and each run's end
+    assert "| row | 1.1 | 2 | 2.2 | 3.4 | 4.5 |" in equal_time  # quarters of the largest budget, and each budget
     assert "| eva-128-4 | - | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
     assert "| local | 318.15 (348.22, 288.08) | 150.00 (100.00, 200.00) | - | - | - |" in equal_time
     assert equal_time.index("eva-128-4") < equal_time.index("local")
