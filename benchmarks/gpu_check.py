@@ -25,9 +25,9 @@ are written again after every row, so a call that is killed leaves its table so 
    translation model; fairseq_eva/clean_exit.py) must exit 0; then the same run with that fix switched
    off, which shows whether the cause is the one found.
 6. profile: why a layer takes its time. Each EVA layer at 8 x 8192 (also with the bias alone and with
-   dropout alone), one forward + backward: the time per
-   call, the host's CPU time per call (launching, without waiting for the GPU) and the GPU's kernel time
-   (torch.profiler); the larger of the last two bounds the first. The kernels that take the most time.
+   dropout alone), one forward + backward: the time per call, the host's CPU time per call (launching,
+   without waiting for the GPU) and the GPU's kernel time (torch.profiler); the larger of the last two
+   bounds the first. The kernels that take the most time.
 Writes gpu_check.json and gpu_check.md under --out; the binarised sample, the fairseq logs and run folders
 under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check: two calls on a lent GPU", says how.
 """
