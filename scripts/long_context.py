@@ -39,7 +39,9 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
               chunks; relative position bias inside the window;
   eva-W-N     EVA with window W and, lm: chunks of N tokens, mlm: N chunks (the paper's (|E|, C));
   eva...-V    an EVA row with a variant V of issue 19's step 4 (eva-nonoise, eva-128-8-linear): nonoise
-              (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal);
+              (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal),
+              logsize (--eva-chunk-logit-offset log(chunk size): each summary's logit as if it stood for
+              its chunk's keys);
   local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W.
 """
 
@@ -58,7 +60,7 @@ REPO = os.path.dirname(HERE)
 TASKS = ("lm", "mlm", "approx")
 # EVA variants (a row name's last part): diagnostics of whether EVA's definition costs it against local attention
 VARIANTS = {"nonoise": ["--eva-omega-noise", "false"], "linear": ["--eva-proposal", "linear"],
-            "identity": ["--eva-proposal", "identity"]}
+            "identity": ["--eva-proposal", "identity"], "logsize": ["--eva-chunk-logit-offset", "LOG_CHUNK_SIZE"]}
 ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?(?:-(%s))?"
                  % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
@@ -82,6 +84,9 @@ def row_options(task, row, block):
         raise ValueError(f"the block length ({block}) must be a multiple of row {row}'s {task} EVA window ({window})")
     chunk_options = ["--eva-chunk-size", chunks] if task == "lm" else ["--eva-num-chunks", chunks, "--eva-chunk-size", 0]
     variant = VARIANTS[m.group(7)] if m.group(7) else []
+    if m.group(7) == "logsize":  # lm: chunks of `chunks` tokens; mlm: `chunks` chunks over the block
+        size = chunks if task == "lm" else block / chunks
+        variant = [f"{math.log(size):.4f}" if v == "LOG_CHUNK_SIZE" else v for v in variant]
     return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true", *variant]
 
 

@@ -403,6 +403,20 @@ def test_eva_omega_noise_reaches_every_eva_self_attention():
         parse("translation", "transformer_eva_tiny", "--eva-omega-noise", "maybe")
 
 
+def test_eva_chunk_logit_offset_reaches_every_eva_self_attention():
+    """--eva-chunk-logit-offset B starts every EVA layer's relative position bias at -B (the default, 0, at 0); with
+    --eva-rpe false there is nothing to carry it and the model is refused, naming both options."""
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    for flag, mean in (([], 0.0), (["--eva-chunk-logit-offset", "2.5"], -2.5)):
+        model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, *flag, dictionary=d)
+        layers = [m for m in model.modules() if isinstance(m, EVAAttention)]
+        assert layers and all(abs(m.rpe.bias.weight.mean().item() - mean) < 0.05 for m in layers)
+    with pytest.raises(EVAOptionError, match="--eva-chunk-logit-offset .* needs chunks .*--eva-rpe true"):
+        build(TransformerEVAModel, "translation", "transformer_eva_tiny", "--eva-chunk-logit-offset", "1",
+              "--eva-rpe", "false", dictionary=d)
+
+
 def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():
     """--eva-kernel (hydra: model.eva_kernel) reaches every EVA self-attention, encoder and decoder; the default
     is auto; a pinned kernel computes the model (here the blockwise kernel, on the same weights as auto, to

@@ -90,7 +90,9 @@ def test_row_options_say_each_rows_attention():
     assert lc.row_options("lm", "eva-nonoise", 512)[-2:] == ["--eva-omega-noise", "false"]
     assert lc.row_options("mlm", "eva-32-16-linear", 512)[3:] == ["32", "--eva-num-chunks", "16", "--eva-chunk-size", "0",
                                                                   "--eva-rpe", "true", "--eva-proposal", "linear"]
-    for bad in ("eva-0-8", "local-nonoise", "eva-identity-8"):
+    assert lc.row_options("lm", "eva-logsize", 512)[-2:] == ["--eva-chunk-logit-offset", "2.0794"]  # log 8
+    assert lc.row_options("mlm", "eva-32-16-logsize", 512)[-2:] == ["--eva-chunk-logit-offset", "3.4657"]  # log 32
+    for bad in ("eva-0-8", "local-nonoise", "eva-identity-8", "local-logsize"):
         with pytest.raises(ValueError, match=f"unknown row '{bad}'"):
             lc.row_options("lm", bad, 512)
 

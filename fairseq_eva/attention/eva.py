@@ -39,7 +39,7 @@ def _pad_positions(t, before, after):
 def check_options(
     embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
     use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
-    name=lambda field: field,
+    chunk_logit_offset=0.0, name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -59,6 +59,12 @@ def check_options(
     need(0.0 <= dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {dropout!r}")
     need(proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
     need(isinstance(omega_noise, bool), f"{name('omega_noise')} must be true or false, got {omega_noise!r}")
+    offset = name("chunk_logit_offset")
+    need(isinstance(chunk_logit_offset, (int, float)) and math.isfinite(chunk_logit_offset),
+         f"{offset} must be a finite number, got {chunk_logit_offset!r}")
+    need(chunk_logit_offset == 0 or (use_rpe and window_size > 0 and (num_chunks or chunk_size)),
+         f"{offset} ({chunk_logit_offset}) needs chunks and the relative position bias inside a window: "
+         f"it is carried by that bias ({name('use_rpe')} true, {name('window_size')} > 0)")
     need(kernel == "auto" or kernel in KERNELS,
          f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
     window = name("window_size")
@@ -83,6 +89,10 @@ class EVAAttention(nn.Module):
     Causal (causal=True): E^n is n's block up to n (plus the previous block with `overlap`); chunks of
     `chunk_size` (dividing the window) are visible once they end before E^n starts.
     No chunks (0) is plain block-local attention. Inputs are batch first: B x N x embed_dim.
+    chunk_logit_offset: nats added to every chunk logit, e.g. log(chunk size), as if each summary stood for its
+    chunk's keys (a diagnostic; the paper's is 0). The softmax does not change when all its logits move
+    together, so the relative position bias carries it exactly by starting at -offset instead of 0: no kernel
+    sees it, and every parameter gets the gradient it would get with the offset in the chunk logits.
     kernel: "auto" (the first kernel of kernels.AUTO_ORDER that takes the call), or a registered kernel's name.
     """
 
@@ -103,12 +113,14 @@ class EVAAttention(nn.Module):
         bias=True,
         kernel="auto",
         omega_noise=True,
+        chunk_logit_offset=0.0,
     ):
         super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
             rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
+            chunk_logit_offset=chunk_logit_offset,
         )
         self.kernel = kernel
         self.embed_dim = embed_dim
@@ -127,7 +139,8 @@ class EVAAttention(nn.Module):
         self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise) if (num_chunks or chunk_size) else None
         self.rpe = None
         if use_rpe and window_size > 0:
-            self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance)
+            self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance,
+                                            mean=-chunk_logit_offset)
         self.dropout = nn.Dropout(dropout)
         self.reset_parameters()
 

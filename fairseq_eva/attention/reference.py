@@ -33,10 +33,11 @@ def local_set(mod, n, L):
     return [m for m in range(start - half, start + w + half) if 0 <= m < L]
 
 
-def reference_eva(mod, x, noise=None):
+def reference_eva(mod, x, noise=None, chunk_logit_offset=0.0):
     """The output of EVAAttention `mod` for one sequence x (L x embed, all real), looping over queries.
 
     noise(c) gives eps of chunk c (H x d) in training; None means evaluation (omega = mu). No attention dropout.
+    chunk_logit_offset: added to every chunk logit (what the layer's option of that name stands for).
     """
     L = x.size(0)
     d = mod.head_dim
@@ -63,7 +64,7 @@ def reference_eva(mod, x, noise=None):
         logits = (q[:, n : n + 1] * k[:, E]).sum(-1) * scale  # H x |E|
         if mod.rpe is not None and E:
             logits = logits + mod.rpe(torch.tensor(E) - n).to(x.dtype)
-        logits = [logits] + [(q[:, n] * ks).sum(-1, keepdim=True) * scale for ks, _ in visible]
+        logits = [logits] + [(q[:, n] * ks).sum(-1, keepdim=True) * scale + chunk_logit_offset for ks, _ in visible]
         values = torch.cat([v[:, E]] + [b[:, None] for _, b in visible], dim=1)  # H x K x d
         p = torch.softmax(torch.cat(logits, -1), -1)
         ys.append((p[..., None] * values).sum(1))

@@ -37,16 +37,17 @@ def check_rpe(num_buckets, max_distance, bidirectional, name=lambda field: field
 
 
 class RelativePositionBias(nn.Module):
-    """One learned scalar per (head, bucket); `forward` maps relative positions to H x ... biases."""
+    """One learned scalar per (head, bucket); `forward` maps relative positions to H x ... biases.
+    `mean`: where the scalars start (normal, std 0.02)."""
 
-    def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128):
+    def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128, mean=0.0):
         super().__init__()
         check_rpe(num_buckets, max_distance, bidirectional)
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bias = nn.Embedding(num_buckets, num_heads)
-        nn.init.normal_(self.bias.weight, std=0.02)
+        nn.init.normal_(self.bias.weight, mean=mean, std=0.02)
 
     def forward(self, relative_position):
         buckets = relative_position_bucket(

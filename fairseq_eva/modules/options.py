@@ -83,6 +83,10 @@ _COMMON = (
     ("--eva-omega-noise", dict(type=eva_bool, metavar="BOOL", help=(
         "EVA: in training, draw each chunk's proposal sample omega = mu + noise (true, the paper's) or take "
         "omega = mu as at evaluation (false, a diagnostic)"))),
+    ("--eva-chunk-logit-offset", dict(type=float, metavar="FLOAT", help=(
+        "EVA: nats added to every chunk summary's logit, e.g. log(chunk size), as if a summary stood for all "
+        "its chunk's keys (a diagnostic; the paper's is 0); carried exactly by the relative position bias, "
+        "which starts at minus this value, so it needs --eva-rpe true"))),
     ("--eva-rpe", dict(type=eva_bool, metavar="BOOL", help=(
         "EVA: T5-style bucketed relative position bias inside the local set (true/false)"))),
     ("--eva-rpe-num-buckets", dict(type=int, metavar="INT", help=(
@@ -150,6 +154,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
         args.eva_chunk_size = 0 if user_chunks else chunk_size
     args.eva_proposal = safe_getattr(args, "eva_proposal", "layernorm")
     args.eva_omega_noise = safe_getattr(args, "eva_omega_noise", True)
+    args.eva_chunk_logit_offset = safe_getattr(args, "eva_chunk_logit_offset", 0.0)
     args.eva_rpe = safe_getattr(args, "eva_rpe", True)
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
     args.eva_rpe_max_distance = safe_getattr(args, "eva_rpe_max_distance", 128)
@@ -176,6 +181,7 @@ def _attributes(role):
         "chunk_size": prefix + "chunk_size",
         "proposal": "eva_proposal",
         "omega_noise": "eva_omega_noise",
+        "chunk_logit_offset": "eva_chunk_logit_offset",
         "use_rpe": "eva_rpe",
         "rpe_num_buckets": "eva_rpe_num_buckets",
         "rpe_max_distance": "eva_rpe_max_distance",
@@ -210,6 +216,7 @@ class EVAOptions:
     chunk_size: int
     proposal: str
     omega_noise: bool
+    chunk_logit_offset: float
     use_rpe: bool
     rpe_num_buckets: int
     rpe_max_distance: int
@@ -233,6 +240,8 @@ class EVAOptions:
                 value = "auto"
             elif field.name == "omega_noise" and value is None:  # likewise
                 value = True
+            elif field.name == "chunk_logit_offset" and value is None:  # likewise
+                value = 0.0
             elif value is None:
                 raise EVAOptionError(f"EVA in the {_WHERE[role]} needs {option_name(attributes[field.name], hydra)} "
                                      "(no architecture default set it)")
