@@ -8,7 +8,8 @@ For each checkpoint (fairseq language models: EVA or softmax), on the first bloc
   2. for each causal EVA self-attention layer, on the layer's own inputs:
      - the scale of the logits s(q, k) of the local keys, of the exact keys before E^n and of the
        chunk summaries s(q, k~);
-     - the share of the attention that goes outside E^n: exact softmax (same q, k, same bias inside E)
+     - the share of the attention that goes outside E^n: exact softmax (same q, k, same bias inside E, with a
+       --eva-chunk-logit-offset moved from the bias back to the chunk logits)
        against EVA's chunks; and log sum exp of the logits of the keys before E^n against that of the
        chunk summaries (a chunk of s keys summarised by one k~ starts log(s) too low);
      - the relative error of the layer's EVA output against exact softmax attention;
@@ -40,7 +41,7 @@ def reference_outputs(attn, x):
     causal = pos[None, :] <= pos[:, None]
     logits = (q @ k.transpose(-1, -2)) * attn.scale
     if attn.rpe is not None:
-        logits = logits + attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) * in_e
+        logits = logits + (attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) + attn.chunk_logit_offset) * in_e
     low = torch.finfo(logits.dtype).min
     return {"eva": attn.attention(q, k, v), "softmax": logits.masked_fill(~causal, low).softmax(-1) @ v,
             "local": logits.masked_fill(~in_e, low).softmax(-1) @ v}
@@ -56,7 +57,10 @@ def layer_stats(attn, x):
     in_e = (block[:, None] == block[None, :]) & (pos[None, :] <= pos[:, None])  # E^n (no overlap)
     before_e = pos[None, :] < block[:, None] * w
     logits = (q @ k.transpose(-1, -2)) * attn.scale  # B x H x N x N
-    bias = attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) if attn.rpe is not None else torch.zeros(())
+    # a chunk logit offset b is carried by the bias as -b (EVAAttention): here it goes back to the chunk logits, so
+    # that the bias inside E^n is the one the exact softmax would have
+    offset = attn.chunk_logit_offset
+    bias = attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) + offset if attn.rpe is not None else torch.zeros(())
     local = logits + bias
     low = torch.finfo(x.dtype).min
     lse_local = local.masked_fill(~in_e, low).logsumexp(-1)
@@ -72,7 +76,7 @@ def layer_stats(attn, x):
     out["exact mass outside E (first 8)"] = torch.sigmoid(lse_far - lse_local)[..., first].mean()
     if attn.chunks is not None and s:
         k_summary, _ = attn.chunks.uniform(q, k, v, s)
-        chunk_logits = (q @ k_summary.transpose(-1, -2)) * attn.scale  # B x H x N x C
+        chunk_logits = (q @ k_summary.transpose(-1, -2)) * attn.scale + offset  # B x H x N x C
         visible = ((torch.arange(k_summary.size(2)) + 1) * s)[None, :] <= block[:, None] * w
         lse_chunks = chunk_logits.masked_fill(~visible, low).logsumexp(-1)
         out.update({

@@ -241,6 +241,25 @@ def test_reference_outputs_agree_when_one_window_covers_the_sequence():
         assert (y[name][..., 16:, :] - y["softmax"][..., 16:, :]).abs().max() > 1e-2
 
 
+@torch.no_grad()
+def test_diagnostics_move_a_chunk_logit_offset_back_to_the_chunks():
+    """A layer trained with --eva-chunk-logit-offset b holds its bias b too low: the diagnostics' exact softmax and
+    its statistics see the bias of the layer without it, and the chunk logits raised by b."""
+    import copy
+
+    plain, x = eva_layer(window=16, chunk_size=8)
+    shifted = copy.deepcopy(plain)
+    shifted.rpe.bias.weight -= 2.0
+    shifted.chunk_logit_offset = 2.0
+    diagnostics = load("lm_diagnostics")
+    assert torch.allclose(diagnostics.reference_outputs(shifted, x)["softmax"],
+                          diagnostics.reference_outputs(plain, x)["softmax"], atol=1e-10)
+    a, b = diagnostics.layer_stats(plain, x), diagnostics.layer_stats(shifted, x)
+    assert a["exact mass outside E"] == pytest.approx(b["exact mass outside E"], abs=1e-9)
+    assert a["lse far keys - lse chunks"] - b["lse far keys - lse chunks"] == pytest.approx(2.0, abs=1e-9)
+    assert b["EVA mass on chunks"] > a["EVA mass on chunks"] + 0.05
+
+
 # ------------------------------------------------------------------ end to end
 
 

@@ -132,6 +132,7 @@ class EVAAttention(nn.Module):
         self.overlap = bool(overlap)
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
+        self.chunk_logit_offset = chunk_logit_offset  # inside self.rpe (its start); kept for diagnostics
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
