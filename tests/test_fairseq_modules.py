@@ -403,18 +403,22 @@ def test_eva_omega_noise_reaches_every_eva_self_attention():
         parse("translation", "transformer_eva_tiny", "--eva-omega-noise", "maybe")
 
 
-def test_eva_chunk_logit_offset_reaches_every_eva_self_attention():
-    """--eva-chunk-logit-offset B starts every EVA layer's relative position bias at -B (the default, 0, at 0); with
-    --eva-rpe false there is nothing to carry it and the model is refused, naming both options."""
+@pytest.mark.parametrize("model_cls,task,arch", [(TransformerEVAModel, "translation", "transformer_eva_tiny"),
+                                                (RobertaEVAModel, "masked_lm", "roberta_eva_tiny")])
+def test_eva_chunk_logit_offset_reaches_every_eva_self_attention(model_cls, task, arch):
+    """--eva-chunk-logit-offset B lowers every EVA layer's relative position bias by B (the default, 0, leaves it
+    about 0), also after RoBERTa's initialisation redraws every embedding table; with --eva-rpe false nothing
+    can carry it and the model is refused, naming both options."""
     d = make_dictionary()
-    extra = ["--decoder-attention", "eva"]
+    extra = ["--decoder-attention", "eva"] if task == "translation" else []
     for flag, mean in (([], 0.0), (["--eva-chunk-logit-offset", "2.5"], -2.5)):
-        model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, *flag, dictionary=d)
+        model = build(model_cls, task, arch, *extra, *flag, dictionary=d)
         layers = [m for m in model.modules() if isinstance(m, EVAAttention)]
-        assert layers and all(abs(m.rpe.bias.weight.mean().item() - mean) < 0.05 for m in layers)
+        assert len(layers) >= 2
+        for m in layers:
+            assert abs(m.rpe(torch.arange(-8, 9)).mean().item() - mean) < 0.05
     with pytest.raises(EVAOptionError, match="--eva-chunk-logit-offset .* needs chunks .*--eva-rpe true"):
-        build(TransformerEVAModel, "translation", "transformer_eva_tiny", "--eva-chunk-logit-offset", "1",
-              "--eva-rpe", "false", dictionary=d)
+        build(model_cls, task, arch, "--eva-chunk-logit-offset", "1", "--eva-rpe", "false", dictionary=d)
 
 
 def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():

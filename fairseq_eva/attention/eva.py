@@ -91,7 +91,7 @@ class EVAAttention(nn.Module):
     No chunks (0) is plain block-local attention. Inputs are batch first: B x N x embed_dim.
     chunk_logit_offset: nats added to every chunk logit, e.g. log(chunk size), as if each summary stood for its
     chunk's keys (a diagnostic; the paper's is 0). The softmax does not change when all its logits move
-    together, so the relative position bias carries it exactly by starting at -offset instead of 0: no kernel
+    together, so the relative position bias carries it exactly, as a constant -offset added to it: no kernel
     sees it, and every parameter gets the gradient it would get with the offset in the chunk logits.
     kernel: "auto" (the first kernel of kernels.AUTO_ORDER that takes the call), or a registered kernel's name.
     """
@@ -132,7 +132,7 @@ class EVAAttention(nn.Module):
         self.overlap = bool(overlap)
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
-        self.chunk_logit_offset = chunk_logit_offset  # inside self.rpe (its start); kept for diagnostics
+        self.chunk_logit_offset = chunk_logit_offset  # in self.rpe, as its shift; kept here for diagnostics
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -141,7 +141,7 @@ class EVAAttention(nn.Module):
         self.rpe = None
         if use_rpe and window_size > 0:
             self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance,
-                                            mean=-chunk_logit_offset)
+                                            shift=-chunk_logit_offset)
         self.dropout = nn.Dropout(dropout)
         self.reset_parameters()
 

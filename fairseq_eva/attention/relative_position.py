@@ -37,21 +37,23 @@ def check_rpe(num_buckets, max_distance, bidirectional, name=lambda field: field
 
 
 class RelativePositionBias(nn.Module):
-    """One learned scalar per (head, bucket); `forward` maps relative positions to H x ... biases.
-    `mean`: where the scalars start (normal, std 0.02)."""
+    """One learned scalar per (head, bucket), plus a constant `shift`; `forward` maps relative positions to
+    H x ... biases. (A constant, not the scalars' start: a model's own initialisation, as RoBERTa's, may
+    redraw every embedding table.)"""
 
-    def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128, mean=0.0):
+    def __init__(self, num_heads, bidirectional, num_buckets=32, max_distance=128, shift=0.0):
         super().__init__()
         check_rpe(num_buckets, max_distance, bidirectional)
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bias = nn.Embedding(num_buckets, num_heads)
-        nn.init.normal_(self.bias.weight, mean=mean, std=0.02)
+        self.shift = shift
+        nn.init.normal_(self.bias.weight, std=0.02)
 
     def forward(self, relative_position):
         buckets = relative_position_bucket(
             relative_position, self.bidirectional, self.num_buckets, self.max_distance
         )
-        values = self.bias(buckets)  # ... x H
+        values = self.bias(buckets) + self.shift if self.shift else self.bias(buckets)  # ... x H
         return values.movedim(-1, 0)  # H x ...

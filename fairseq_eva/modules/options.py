@@ -86,7 +86,7 @@ _COMMON = (
     ("--eva-chunk-logit-offset", dict(type=float, metavar="FLOAT", help=(
         "EVA: nats added to every chunk summary's logit, e.g. log(chunk size), as if a summary stood for all "
         "its chunk's keys (a diagnostic; the paper's is 0); carried exactly by the relative position bias, "
-        "which starts at minus this value, so it needs --eva-rpe true"))),
+        "lowered by this value, so it needs --eva-rpe true"))),
     ("--eva-rpe", dict(type=eva_bool, metavar="BOOL", help=(
         "EVA: T5-style bucketed relative position bias inside the local set (true/false)"))),
     ("--eva-rpe-num-buckets", dict(type=int, metavar="INT", help=(
