@@ -60,7 +60,7 @@ REPO = os.path.dirname(HERE)
 TASKS = ("lm", "mlm", "approx")
 # EVA variants (a row name's last part): diagnostics of whether EVA's definition costs it against local attention
 VARIANTS = {"nonoise": ["--eva-omega-noise", "false"], "linear": ["--eva-proposal", "linear"],
-            "identity": ["--eva-proposal", "identity"], "logsize": ["--eva-chunk-logit-offset", "LOG_CHUNK_SIZE"]}
+            "identity": ["--eva-proposal", "identity"], "logsize": ["--eva-chunk-logit-offset"]}
 ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?(?:-(%s))?"
                  % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
@@ -84,9 +84,8 @@ def row_options(task, row, block):
         raise ValueError(f"the block length ({block}) must be a multiple of row {row}'s {task} EVA window ({window})")
     chunk_options = ["--eva-chunk-size", chunks] if task == "lm" else ["--eva-num-chunks", chunks, "--eva-chunk-size", 0]
     variant = VARIANTS[m.group(7)] if m.group(7) else []
-    if m.group(7) == "logsize":  # lm: chunks of `chunks` tokens; mlm: `chunks` chunks over the block
-        size = chunks if task == "lm" else block / chunks
-        variant = [f"{math.log(size):.4f}" if v == "LOG_CHUNK_SIZE" else v for v in variant]
+    if m.group(7) == "logsize":  # its value, log(chunk size); lm: chunks of `chunks` tokens, mlm: `chunks` over the block
+        variant = [*variant, f"{math.log(chunks if task == 'lm' else block / chunks):.4f}"]
     return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true", *variant]
 
 

@@ -210,11 +210,12 @@ def test_ppl_at_cpu_interpolates_in_log_perplexity_and_not_beyond_the_curve():
 torch = pytest.importorskip("torch")
 
 
-def eva_layer(window, chunk_size, length=64, dim=32, heads=2):
+def eva_layer(window, chunk_size, length=64, dim=32, heads=2, chunk_logit_offset=0.0):
     from fairseq_eva.attention import EVAAttention
 
     torch.manual_seed(0)
-    attn = EVAAttention(dim, heads, causal=True, window_size=window, chunk_size=chunk_size).double().eval()
+    attn = EVAAttention(dim, heads, causal=True, window_size=window, chunk_size=chunk_size,
+                        chunk_logit_offset=chunk_logit_offset).double().eval()
     with torch.no_grad():  # a bias that matters
         for p in attn.rpe.parameters():
             p.normal_()
@@ -245,12 +246,8 @@ def test_reference_outputs_agree_when_one_window_covers_the_sequence():
 def test_diagnostics_move_a_chunk_logit_offset_back_to_the_chunks():
     """A layer trained with --eva-chunk-logit-offset b holds its bias b too low: the diagnostics' exact softmax and
     its statistics see the bias of the layer without it, and the chunk logits raised by b."""
-    import copy
-
     plain, x = eva_layer(window=16, chunk_size=8)
-    shifted = copy.deepcopy(plain)
-    shifted.rpe.bias.weight -= 2.0
-    shifted.chunk_logit_offset = 2.0
+    shifted, _ = eva_layer(window=16, chunk_size=8, chunk_logit_offset=2.0)  # the same parameters
     diagnostics = load("lm_diagnostics")
     assert torch.allclose(diagnostics.reference_outputs(shifted, x)["softmax"],
                           diagnostics.reference_outputs(plain, x)["softmax"], atol=1e-10)

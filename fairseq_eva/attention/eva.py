@@ -132,7 +132,6 @@ class EVAAttention(nn.Module):
         self.overlap = bool(overlap)
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
-        self.chunk_logit_offset = chunk_logit_offset  # in self.rpe, as its shift; kept here for diagnostics
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -152,6 +151,11 @@ class EVAAttention(nn.Module):
         nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
+
+    @property
+    def chunk_logit_offset(self):
+        """The chunk logit offset, which the relative position bias carries as its shift (0 without it)."""
+        return 0.0 if self.rpe is None else -self.rpe.shift
 
     def extra_repr(self):
         chunks = f"num_chunks={self.num_chunks}" if self.num_chunks else f"chunk_size={self.chunk_size}"
