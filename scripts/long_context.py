@@ -46,6 +46,7 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
 """
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -65,6 +66,9 @@ ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-
                  % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
 DEFAULT_ROWS = "softmax,eva,local"
+DEVICE_OPTIONS = {"cpu": ["--cpu"], "cuda": ["--fp16"]}  # fairseq-train's, as users train on each
+EVAL_OPTIONS = {"cpu": ["--cpu"], "cuda": []}
+CLOCK = {"cpu": "CPU", "cuda": "wall-clock"}  # what a row's time budget counts (see train_worker)
 SEED_DIR = re.compile(r"(.+)-seed([0-9]+)")
 
 
@@ -166,7 +170,7 @@ def train_command(args, bin_dir, task, row, seed=1):
             *model, "--tokens-per-sample", args.tokens_per_sample,
             "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", args.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup, "--clip-norm", "1.0", "--dropout", "0.1",
-            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", seed,
+            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, *DEVICE_OPTIONS[args.device], "--seed", seed,
             "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid_small",
             "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
             "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
@@ -175,7 +179,7 @@ def train_command(args, bin_dir, task, row, seed=1):
 
 def train(args, bin_dir, task, row, seed, env):
     train_row(row_dir(args.work, task, row, seed), train_command(args, bin_dir, task, row, seed), env,
-              args.budget_minutes, "CPU minutes")
+              args.budget_minutes, f"{CLOCK[args.device]} minutes")
 
 
 def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
@@ -206,7 +210,7 @@ def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
                 lines = open(curve).read().splitlines()
                 for line in lines[seen:]:
                     r = json.loads(line)
-                    log(f"{name}: {r['cpu_s']:.0f} CPU s, {r['updates']} updates (budget {budget:g} {unit}), "
+                    log(f"{name}: {r['cpu_s']:.0f} s, {r['updates']} updates (budget {budget:g} {unit}), "
                         f"valid ppl {r['ppl']:.1f}")
                 seen = len(lines)
     if proc.returncode != 0:
@@ -237,14 +241,16 @@ def evaluate(args, bin_dir, task, row, seed, env):
         for context in (0, args.tokens_per_sample // 2):
             logfile = os.path.join(save, f"eval_lm.ctx{context}.log")
             run(["fairseq-eval-lm", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--gen-subset", "test",
-                 "--tokens-per-sample", args.tokens_per_sample, "--context-window", context, "--batch-size", "4", "--cpu"],
+                 "--tokens-per-sample", args.tokens_per_sample, "--context-window", context, "--batch-size", "4",
+                 *EVAL_OPTIONS[args.device]],
                 env, logfile)
             ppl[str(context)] = last_number(logfile, "Perplexity: ")
             log(f"{name}: test perplexity, context {context}: {ppl[str(context)]:.2f}")
     else:
         logfile = os.path.join(save, "validate.test.log")
         run(["fairseq-validate", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--task", "masked_lm",
-             "--valid-subset", "test", "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu"],
+             "--valid-subset", "test", "--max-tokens", args.tokens_per_sample * args.blocks_per_batch,
+             *EVAL_OPTIONS[args.device]],
             env, logfile)
         ppl["test"] = last_number(logfile, "| ppl ")
         log(f"{name}: test perplexity (masked tokens): {ppl['test']:.2f}")
@@ -355,7 +361,7 @@ def spaced(values, most=8):
     return [values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)]
 
 
-def task_tables(rows, task, half):
+def task_tables(rows, task, half, clock="CPU"):
     """Markdown lines: the rows at the end of their budget (equal CPU time), valid_small perplexity at equal
     updates and at equal CPU time; a row of several seeds shows their mean, then each seed's value. A row whose
     seeds ran to different budgets (one resumed further) is one line per budget, "row (B min)"."""
@@ -367,8 +373,8 @@ def task_tables(rows, task, half):
         name = row if len(budgets[row]) == 1 else f"{row} ({r['budget']:g} min)"
         by_row.setdefault(name, []).append(r)
     test = f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"
-    lines = ["At the end of each row's CPU-time budget:", "",
-             f"| row | seeds | CPU min budget | updates | CPU s | valid_small ppl | {test} | load |",
+    lines = [f"At the end of each row's {clock}-time budget:", "",
+             f"| row | seeds | {clock} min budget | updates | {clock} s | valid_small ppl | {test} | load |",
              "|---|---|---|---|---|---|---|---|" + ("---|---|" if task == "lm" else "")]
     for row, rs in by_row.items():
         cells = [row, len(rs), seeds_text([r["budget"] for r in rs], "{:g}"),
@@ -394,18 +400,20 @@ def task_tables(rows, task, half):
     # a quarter, half, ... of the largest budget, and each smaller budget (a run ends just past its budget)
     ends = {r["budget"] for r in rows.values()}
     minutes = sorted({round(max(ends) * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} | ends - {0})
-    lines += ["", "valid_small perplexity at equal CPU time (minutes; interpolated between validations):", "",
+    lines += ["", f"valid_small perplexity at equal {clock} time (minutes; interpolated between validations):", "",
               "| row | " + " | ".join(f"{m:g}" for m in minutes) + " |", "|---|" + "---|" * len(minutes)]
     for row, rs in by_row.items():
         lines.append(f"| {row} | " + " | ".join(seeds_text([ppl_at_cpu(r["curve"], m * 60) for r in rs]) for m in minutes) + " |")
-    lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
+    lines += ["", f"Commands (fairseq-train arguments; `_train` counts {clock} time):", ""]
     lines += [f"- {row}, seed {seed}: `{r['command']}`" for (row, seed), r in rows.items()]
     return lines + [""]
 
 
 def report(args):
     half = args.tokens_per_sample // 2
-    lines = [f"# Long context at equal CPU time ({args.threads} thread(s) a row)", "",
+    clock = CLOCK[args.device]
+    where = f"{args.threads} thread(s) a row" if args.device == "cpu" else "one GPU"
+    lines = [f"# Long context at equal {clock} time ({where}, {args.parallel} row(s) at once)", "",
              f"Corpus {os.path.abspath(args.corpus)}; blocks of {args.tokens_per_sample}; {args.layers} layers, "
              f"{args.dim} dims, FFN {args.ffn}, {args.heads} heads; sentencepiece {args.vocab}. "
              "Load: 1-minute load average at the start / end of the row's training (- : not recorded).", ""]
@@ -415,7 +423,7 @@ def report(args):
         if not rows:
             continue
         curves[task] = {row if seed == 1 else f"{row} seed {seed}": r["curve"] for (row, seed), r in rows.items()}
-        lines += [f"## {title}", "", *task_tables(rows, task, half)]
+        lines += [f"## {title}", "", *task_tables(rows, task, half, clock)]
     if os.path.exists(os.path.join(args.work, "approx.json")):
         errors = json.load(open(os.path.join(args.work, "approx.json")))
         lines += ["## Approximation in the trained EVA language model", "",
@@ -426,12 +434,13 @@ def report(args):
     with open(os.path.join(args.work, "results.md"), "w") as f:
         f.write("\n".join(lines))
     for task, rows in curves.items():
-        plot(rows, os.path.join(args.work, f"{task}_curves.png"), f"{task}, blocks of {args.tokens_per_sample}")
+        plot(rows, os.path.join(args.work, f"{task}_curves.png"), f"{task}, blocks of {args.tokens_per_sample}",
+             clock=clock)
     log(f"results: {os.path.join(args.work, 'results.md')}")
 
 
-def plot(curves, path, title, ylabel="valid_small perplexity"):
-    """Each curve against training CPU time (left) and updates (right); seeds of a row share a colour."""
+def plot(curves, path, title, ylabel="valid_small perplexity", clock="CPU"):
+    """Each curve against training time (left) and updates (right); seeds of a row share a colour."""
     try:
         import matplotlib
 
@@ -448,7 +457,7 @@ def plot(curves, path, title, ylabel="valid_small perplexity"):
         style = "-" if label == row else "--"
         for ax, x in zip(axes, ([p["cpu_s"] / 60 for p in points], [p["updates"] for p in points])):
             ax.plot(x, [p["ppl"] for p in points], style, color=colour, marker=".", label=label)
-    axes[0].set(xlabel="training CPU time (min)", ylabel=ylabel, yscale="log", title=title)
+    axes[0].set(xlabel=f"training {clock} time (min)", ylabel=ylabel, yscale="log", title=title)
     axes[1].set(xlabel="updates", title=title)
     axes[0].legend(fontsize="small")
     fig.tight_layout()
@@ -457,10 +466,31 @@ def plot(curves, path, title, ylabel="valid_small perplexity"):
 
 
 def train_worker(argv):
-    """fairseq-train whose --stop-time-hours counts this process's CPU time, and which records
-    (CPU seconds, updates, valid perplexity) at each validation in $LONG_CONTEXT_CURVE."""
+    """fairseq-train which records (training seconds, updates, valid perplexity) at each validation in
+    $LONG_CONTEXT_CURVE. On the CPU (--cpu) its --stop-time-hours and training seconds count this process's
+    CPU time, fair to rows on a loaded machine; on a GPU they stay fairseq's own wall-clock time, since a GPU
+    process's CPU time measures its launches and waits rather than its work."""
     import fairseq_cli.train as fairseq_train
     from fairseq.trainer import Trainer
+
+    if "--cpu" in argv:
+        count_cpu_time(Trainer)
+    validate = fairseq_train.validate
+
+    def recording_validate(cfg, trainer, task, epoch_itr, subsets):
+        losses = validate(cfg, trainer, task, epoch_itr, subsets)
+        with open(os.environ["LONG_CONTEXT_CURVE"], "a") as f:  # fairseq's valid loss is in base 2
+            f.write(json.dumps({"cpu_s": trainer.cumulative_training_time(), "updates": trainer.get_num_updates(),
+                                "ppl": 2 ** losses[0]}) + "\n")
+        return losses
+
+    fairseq_train.validate = recording_validate
+    sys.argv = ["fairseq-train", *argv]
+    fairseq_train.cli_main()
+
+
+def count_cpu_time(Trainer):
+    """Make fairseq's training time (its --stop-time-hours, kept in checkpoints) this process's CPU time."""
 
     def cpu_time(self):
         return time.process_time() - self._cpu_start + self._previous_training_time
@@ -479,18 +509,6 @@ def train_worker(argv):
         return out
 
     Trainer.__init__, Trainer.load_checkpoint, Trainer._local_cumulative_training_time = patched_init, patched_load, cpu_time
-    validate = fairseq_train.validate
-
-    def recording_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = validate(cfg, trainer, task, epoch_itr, subsets)
-        with open(os.environ["LONG_CONTEXT_CURVE"], "a") as f:  # fairseq's valid loss is in base 2
-            f.write(json.dumps({"cpu_s": trainer.cumulative_training_time(), "updates": trainer.get_num_updates(),
-                                "ppl": 2 ** losses[0]}) + "\n")
-        return losses
-
-    fairseq_train.validate = recording_validate
-    sys.argv = ["fairseq-train", *argv]
-    fairseq_train.cli_main()
 
 
 def parse_args(argv=None):
@@ -498,7 +516,8 @@ def parse_args(argv=None):
     p.add_argument("corpus", help="folder with train.txt, valid.txt, test.txt")
     p.add_argument("--work", required=True, help="working folder: data, checkpoints, logs, results (resumable)")
     p.add_argument("--task", default="all", choices=[*TASKS, "all"], help="what to run (all: lm, mlm, approx)")
-    p.add_argument("--budget-minutes", type=float, default=20.0, help="training CPU minutes per row (20)")
+    p.add_argument("--budget-minutes", type=float, default=20.0,
+                   help="training minutes per row, CPU time on the CPU, wall-clock on a GPU (20)")
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated rows (see above; {DEFAULT_ROWS})")
     p.add_argument("--tokens-per-sample", type=int, default=2048, help="block length (2048)")
     p.add_argument("--blocks-per-batch", type=int, default=2, help="blocks per update (2)")
@@ -515,6 +534,10 @@ def parse_args(argv=None):
     p.add_argument("--approx-blocks", type=int, default=8, help="blocks of valid_small for the approx task (8)")
     p.add_argument("--threads", type=int, default=1, help="threads per training (1)")
     p.add_argument("--seeds", default="1", help="comma-separated training seeds, each row trained once per seed (1)")
+    p.add_argument("--device", default="cpu", choices=sorted(DEVICE_OPTIONS),
+                   help="cpu (budgets in CPU time) or cuda (one GPU, --fp16, budgets in wall-clock time) (cpu)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="rows (and seeds) trained at once, e.g. several small models sharing one GPU (1)")
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
     args.tasks = TASKS if args.task == "all" else (args.task,)
@@ -530,6 +553,8 @@ def parse_args(argv=None):
         p.error(f"--seeds {args.seeds!r}: give whole numbers separated by commas")
     if args.budget_minutes <= 0:
         p.error("--budget-minutes must be positive")
+    if args.parallel < 1:
+        p.error("--parallel must be at least 1")
     return args
 
 
@@ -554,12 +579,10 @@ def main():
         if task == "approx":
             approximate(args, bin_dir, env)
             continue
-        for row in args.rows:
-            for seed in args.seeds:
-                train(args, bin_dir, task, row, seed, env)
-        for row in args.rows:
-            for seed in args.seeds:
-                evaluate(args, bin_dir, task, row, seed, env)
+        runs = [(row, seed) for row in args.rows for seed in args.seeds]
+        with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:  # a failed row's exit is re-raised
+            list(pool.map(lambda run: train(args, bin_dir, task, *run, env), runs))
+            list(pool.map(lambda run: evaluate(args, bin_dir, task, *run, env), runs))
     report(args)
 
 

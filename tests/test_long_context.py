@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -46,6 +47,8 @@ def test_help_names_the_tasks():
     (["--tokens-per-sample", "512", "--task", "lm", "--rows", "local-96"], "multiple of row local-96's lm EVA window (96)"),
     (["--seeds", "1,two"], "--seeds '1,two': give whole numbers"),
     (["--budget-minutes", "0"], "--budget-minutes must be positive"),
+    (["--parallel", "0"], "--parallel must be at least 1"),
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
     (["--task", "translation"], "invalid choice: 'translation'"),
 ])
 def test_bad_arguments_are_refused_by_name(args, message, tmp_path, capsys):
@@ -116,6 +119,36 @@ def test_rows_of_a_task_differ_only_by_their_attention_options(task, tmp_path):
     cmd = commands["eva"]
     assert cmd[cmd.index("--stop-time-hours") + 1] == "0.2" and cmd[cmd.index("--max-tokens") + 1] == "4096"
     assert ("--arch", "transformer_lm_eva" if task == "lm" else "roberta_eva") == tuple(cmd[cmd.index("--arch"):][:2])
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_a_gpu_row_trains_with_fp16_and_nothing_else_changes(task, tmp_path):
+    cpu = [str(c) for c in lc.train_command(lc.parse_args(["corpus", "--work", str(tmp_path)]), "BIN", task, "eva")]
+    cuda = [str(c) for c in lc.train_command(lc.parse_args(["corpus", "--work", str(tmp_path), "--device", "cuda"]),
+                                             "BIN", task, "eva")]
+    i = cpu.index("--cpu")
+    assert "--cpu" not in cuda and cuda == cpu[:i] + ["--fp16"] + cpu[i + 1:]
+
+
+def test_parallel_rows_run_at_once_and_every_row_and_seed_runs(tmp_path, monkeypatch):
+    """With --parallel 2, two rows are inside train() together (the barrier would time out otherwise), and
+    every (row, seed) is trained, then evaluated."""
+    barrier, calls = threading.Barrier(2, timeout=10), []
+
+    def train(args, bin_dir, task, row, seed, env):
+        barrier.wait()
+        calls.append(("train", row, seed))
+
+    monkeypatch.setattr(lc, "prepare", lambda args, env: "BIN")
+    monkeypatch.setattr(lc, "train", train)
+    monkeypatch.setattr(lc, "evaluate", lambda args, bin_dir, task, row, seed, env: calls.append(("eval", row, seed)))
+    monkeypatch.setattr(lc, "report", lambda args: None)
+    monkeypatch.setattr(sys, "argv", [SCRIPT, "corpus", "--work", str(tmp_path), "--task", "mlm", "--rows", "eva,local",
+                                      "--seeds", "1,2", "--parallel", "2"])
+    lc.main()
+    runs = {(row, seed) for row in ("eva", "local") for seed in (1, 2)}
+    assert sorted(calls[:4]) == sorted(("train", *r) for r in runs)
+    assert sorted(calls[4:]) == sorted(("eval", *r) for r in runs)
 
 
 def test_first_words_cuts_after_the_document_that_reaches_the_count(tmp_path):
