@@ -296,6 +296,20 @@ def test_torch_compile_traces_it_in_one_graph():
         torch.testing.assert_close(a, b)
 
 
+def test_a_fresh_dropout_seed_does_not_compile_a_program_anew():
+    """Triton compiles a program again for an integer argument that turns divisible by 16; the layer draws a new
+    seed every call, so one call in 16 would stall seconds on compiling (seen on an H200: 3.4 s a call)."""
+    from fairseq_eva.attention.kernels.triton_kernel import backward, forward, tiles
+
+    programs = {id(fn): fn for module in (forward, backward, tiles) for fn in vars(module).values()
+                if hasattr(fn, "run") and "seed" in getattr(fn, "arg_names", ())}  # compiled or interpreted
+    launched = [fn for fn in programs.values() if fn.fn.__name__ != "dropout_keep"]  # that one is inlined into them
+    assert len(launched) == 6
+    for fn in launched:  # the interpreter keeps triton.jit's arguments as they were given
+        declared = fn.kwargs["do_not_specialize"] if hasattr(fn, "kwargs") else fn.do_not_specialize
+        assert "seed" in (declared or ()), fn.fn.__name__
+
+
 @pytest.mark.slow
 def test_programs_compile_for_sm90_and_sm80():
     """The interpreter accepts more than the GPU compiler (it read a plain global float): compile every program

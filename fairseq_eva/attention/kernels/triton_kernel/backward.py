@@ -41,7 +41,7 @@ def _weights_and_grad(s, seen, lse, delta, dp, keep, p_drop, DROPOUT: tl.constex
     return p_kept, p * (dp - delta)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def eva_backward_dq(
     Q, K, V, KS, BETA, OK, RPE, LENGTHS, Y, DY, LSE, DELTA, DQ,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn, sgb, sgh, sgn,
@@ -110,7 +110,7 @@ def eva_backward_dq(
     tl.store(DQ + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def eva_backward_dkdv(
     Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DK, DV,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
@@ -165,7 +165,7 @@ def eva_backward_dkdv(
     tl.store(DV + b * svb + h * svh + m[:, None] * svn + dd[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def eva_backward_dsummary(
     Q, KS, BETA, OK, DY, LSE, DELTA, DKS, DBETA,
     sqb, sqh, sqn, ssb, ssh, ssn, sbb, sbh, sbn, sgb, sgh, sgn,
@@ -217,7 +217,7 @@ def eva_backward_dsummary(
     tl.store(DBETA + out, dbeta, mask=kv_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def eva_backward_dgrid(
     Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DGRID,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,

@@ -25,7 +25,7 @@ def _online_step(s, m_i, l_i):
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def eva_forward(
     Q, K, V, KS, BETA, OK, RPE, LENGTHS, Y, LSE,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn,

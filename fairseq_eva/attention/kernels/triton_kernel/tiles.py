@@ -49,7 +49,7 @@ def dropout_keep(seed, row, key, p):
     return tl.rand(seed, (row.to(tl.int64) << 32) + key.to(tl.int64)) >= p
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
 def dropout_mask(OUT, seed, p, KEYS, BLOCK: tl.constexpr):
     """The keep mask itself, a row of keys per program (for tests that replay the kernel's dropout)."""
     row = tl.program_id(0)
