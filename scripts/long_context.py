@@ -387,9 +387,11 @@ def task_tables(rows, task, half, clock="CPU"):
             cells.append(seeds_text([r["test"]["test"] for r in rs]))
         cells.append(", ".join(load_text(r["load"]) for r in rs))
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    # validations that at least two runs share (a row's last, off-grid point is its own); "-" where a run has none
+    # validations that at least two runs share and that no run skipped: a run's off-grid points (its last, an
+    # epoch's end) are its own; "-" where a run had stopped
     seen = [{p["updates"] for p in r["curve"]} - {0} for r in rows.values()]
-    updates = sorted(u for u in set().union(*seen) if sum(u in points for points in seen) >= 2)
+    updates = sorted(u for u in set().union(*seen) if sum(u in points for points in seen) >= 2
+                     and all(u in points for points in seen if points and min(points) <= u <= max(points)))
     if updates:
         columns = spaced(updates)
         lines += ["", "valid_small perplexity at equal updates:", "", "| row | " + " | ".join(map(str, columns)) + " |",
