@@ -9,12 +9,13 @@ Steps, each skipped when its output exists (run the same command again to resume
   1. a sentencepiece vocabulary and binarised data, by data_prep/prepare_mlm.sh (BPE=sentencepiece),
      from the first --train-words words of train.txt (whole documents) and all of valid and test; plus a
      'valid_small' split (the first --valid-words words of valid.txt) for the curves. Both tasks read it;
-  2. each row of each task trains (fairseq-train, one process at a time, --threads threads) until its
-     process CPU time reaches --budget-minutes; the stop is fairseq's --stop-time-hours, counted here in
-     CPU seconds of the training process (validation included) rather than in wall-clock seconds, so that
-     rows are comparable on a loaded machine. A row interrupted part way resumes from its
-     checkpoint_last.pt with the CPU time it had spent (fairseq stores it in the checkpoint); a row done
-     at a smaller budget trains on to the larger one. Progress: each validation prints the row, CPU
+  2. each row of each task trains (fairseq-train, --parallel processes at a time, --threads threads each)
+     until its process CPU time reaches --budget-minutes; the stop is fairseq's --stop-time-hours, counted
+     here in CPU seconds of the training process (validation included) rather than in wall-clock seconds,
+     so that rows are comparable on a loaded machine. With --device cuda the rows train on the GPU with
+     --fp16 and the budget is fairseq's own wall-clock time. A row interrupted part way resumes from its
+     checkpoint_last.pt with the time it had spent (fairseq stores it in the checkpoint); a row done
+     at a smaller budget trains on to the larger one. Progress: each validation prints the row, training
      seconds, updates and valid_small perplexity, also appended to DIR/ROW/curve.jsonl; the load average
      at the start and end of each row goes to DIR/ROW/load.json;
   3. test perplexity of each row's last checkpoint: fairseq-eval-lm with context windows 0 and half the
@@ -415,7 +416,8 @@ def report(args):
     half = args.tokens_per_sample // 2
     clock = CLOCK[args.device]
     where = f"{args.threads} thread(s) a row" if args.device == "cpu" else "one GPU"
-    lines = [f"# Long context at equal {clock} time ({where}, {args.parallel} row(s) at once)", "",
+    where += f", {args.parallel} rows at once" if args.parallel > 1 else ""
+    lines = [f"# Long context at equal {clock} time ({where})", "",
              f"Corpus {os.path.abspath(args.corpus)}; blocks of {args.tokens_per_sample}; {args.layers} layers, "
              f"{args.dim} dims, FFN {args.ffn}, {args.heads} heads; sentencepiece {args.vocab}. "
              "Load: 1-minute load average at the start / end of the row's training (- : not recorded).", ""]
