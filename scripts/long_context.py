@@ -585,8 +585,8 @@ def main():
             continue
         runs = [(row, seed) for row in args.rows for seed in args.seeds]
         with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:  # a failed row's exit is re-raised
-            list(pool.map(lambda run: train(args, bin_dir, task, *run, env), runs))
-            list(pool.map(lambda run: evaluate(args, bin_dir, task, *run, env), runs))
+            list(pool.map(lambda job: train(args, bin_dir, task, *job, env), runs))
+            list(pool.map(lambda job: evaluate(args, bin_dir, task, *job, env), runs))
     report(args)
 
 
