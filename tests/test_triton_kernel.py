@@ -298,7 +298,7 @@ def test_torch_compile_traces_it_in_one_graph():
 
 def test_a_fresh_dropout_seed_does_not_compile_a_program_anew():
     """Triton compiles a program again for an integer argument that turns divisible by 16; the layer draws a new
-    seed every call, so one call in 16 would stall seconds on compiling (the likely cause of 3.4 s a call on an H200)."""
+    seed every call, so one call in 16 would stall seconds on compiling (3.4 s a call on an H200 before, 9.7 ms after)."""
     from fairseq_eva.attention.kernels.triton_kernel import backward, forward, tiles
 
     programs = {id(fn): fn for module in (forward, backward, tiles) for fn in vars(module).values()
