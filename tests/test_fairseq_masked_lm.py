@@ -1,9 +1,14 @@
-"""End to end, through fairseq-train: the masked_lm task trains and validates a tiny roberta_eva."""
+"""End to end, through fairseq-train: the masked_lm task trains and validates a tiny roberta_eva; and
+scripts/mlm_order.py reads the checkpoint as fairseq-validate does."""
+
+import os
+import re
 
 import pytest
 
 pytest.importorskip("fairseq")
 
+import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the models, for loading the checkpoint in this process)
@@ -12,7 +17,12 @@ from fairseq_helpers import USER_DIR, is_finite, json_records, lm_data, run  # n
 UPDATES = 12
 
 
-def test_masked_lm_trains_and_validates_roberta_eva(tmp_path_factory):
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny roberta_eva trained for UPDATES updates: (data, save folder, fairseq-train's process)."""
     data = lm_data(tmp_path_factory)
     save = tmp_path_factory.mktemp("mlm_ckpt")
     proc = run(
@@ -23,6 +33,11 @@ def test_masked_lm_trains_and_validates_roberta_eva(tmp_path_factory):
         "--log-format", "json", "--log-interval", 1, "--seed", 1, "--save-dir", save, "--no-epoch-checkpoints",
         cwd=save,
     )
+    return data, save, proc
+
+
+def test_masked_lm_trains_and_validates_roberta_eva(trained):
+    data, save, proc = trained
     assert "RobertaEVAModel" in proc.log and "EVAMultiheadAttention" in proc.log
     records = json_records(proc.log, "train_inner")
     assert [r["num_updates"] for r in records] == list(range(1, UPDATES + 1))
@@ -37,3 +52,36 @@ def test_masked_lm_trains_and_validates_roberta_eva(tmp_path_factory):
     attn = models[0].encoder.sentence_encoder.layers[0].self_attn
     assert type(attn).__name__ == "EVAMultiheadAttention"
     assert (attn.causal, attn.window_size, attn.overlap, attn.num_chunks) == (False, 16, False, 4)
+
+
+def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_block(trained):
+    data, save, _ = trained
+    checkpoint = save / "checkpoint_last.pt"
+    valid = run("fairseq-validate", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", checkpoint,
+                "--task", "masked_lm", "--valid-subset", "valid", "--max-tokens", 2048, cwd=save)
+    expected = float(re.search(r"valid on 'valid' subset .*\| ppl ([0-9.]+)", valid.log).group(1))
+    order = run("python", os.path.join(ROOT, "scripts", "mlm_order.py"), "--data", data["bin"], "--subset", "valid",
+                checkpoint, cwd=save)
+    row = [line for line in order.stdout.splitlines() if line.startswith(f"| {checkpoint} |")]
+    assert len(row) == 1, order.log[-3000:]
+    blocks, masked, ppl, shuffled, ratio = (float(x) for x in row[0].strip("| ").split(" | ")[1:])
+    assert ppl == pytest.approx(expected, abs=0.011)  # both printed to two decimals
+    assert blocks > 1 and masked > 0 and shuffled > 1 and ratio == pytest.approx(shuffled / ppl, abs=0.01)
+
+
+def test_shuffle_keeps_the_first_token_and_the_padding_and_moves_targets_with_their_inputs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlm_order", os.path.join(ROOT, "scripts", "mlm_order.py"))
+    mlm_order = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mlm_order)
+    pad = 1
+    src = torch.arange(10, 42).view(2, 16)
+    src[1, 12:] = pad
+    tgt = torch.where(src % 3 == 0, src + 1000, torch.full_like(src, pad))  # a target beside every third input
+    a, b = mlm_order.shuffle_blocks(src, tgt, pad, torch.Generator().manual_seed(0))
+    assert torch.equal(a[:, 0], src[:, 0]) and torch.equal(a[1, 12:], src[1, 12:])
+    for row in range(2):
+        assert sorted(a[row].tolist()) == sorted(src[row].tolist())
+    assert not torch.equal(a, src)
+    assert torch.equal(b, torch.where(a % 3 == 0, a + 1000, torch.full_like(a, pad)))
