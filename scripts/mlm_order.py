@@ -58,7 +58,8 @@ def checkpoint_row(path, data, subset, num_blocks, seed, batch_blocks):
     nll, count = masked_nll(model, src, tgt, pad, batch_blocks)
     shuffled = shuffle_blocks(src, tgt, pad, torch.Generator().manual_seed(seed))
     nll_shuffled, _ = masked_nll(model, *shuffled, pad, batch_blocks)
-    return dict(blocks=n, masked=count, ppl=math.exp(nll / count), shuffled=math.exp(nll_shuffled / count))
+    updates = checkpoint_utils.load_checkpoint_to_cpu(path)["optimizer_history"][-1].get("num_updates", "-")
+    return dict(updates=updates, blocks=n, masked=count, ppl=math.exp(nll / count), shuffled=math.exp(nll_shuffled / count))
 
 
 def main():
@@ -70,11 +71,11 @@ def main():
     parser.add_argument("--seed", type=int, default=1, help="seed of the shuffle (1)")
     parser.add_argument("--batch-blocks", type=int, default=16, help="blocks a forward pass (16)")
     args = parser.parse_args()
-    print("| checkpoint | blocks | masked tokens | perplexity | shuffled | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| checkpoint | updates | blocks | masked tokens | perplexity | shuffled | ratio |")
+    print("|---|---|---|---|---|---|---|")
     for path in args.checkpoints:
         r = checkpoint_row(path, args.data, args.subset, args.num_blocks, args.seed, args.batch_blocks)
-        print(f"| {path} | {r['blocks']} | {r['masked']} | {r['ppl']:.2f} | {r['shuffled']:.2f} | "
+        print(f"| {path} | {r['updates']} | {r['blocks']} | {r['masked']} | {r['ppl']:.2f} | {r['shuffled']:.2f} | "
               f"{r['shuffled'] / r['ppl']:.2f} |", flush=True)
 
 

@@ -64,7 +64,8 @@ def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_bloc
                 checkpoint, cwd=save)
     row = [line for line in order.stdout.splitlines() if line.startswith(f"| {checkpoint} |")]
     assert len(row) == 1, order.log[-3000:]
-    blocks, masked, ppl, shuffled, ratio = (float(x) for x in row[0].strip("| ").split(" | ")[1:])
+    updates, blocks, masked, ppl, shuffled, ratio = (float(x) for x in row[0].strip("| ").split(" | ")[1:])
+    assert updates == UPDATES
     assert ppl == pytest.approx(expected, abs=0.011)  # both printed to two decimals
     assert blocks > 1 and masked > 0 and shuffled > 1 and ratio == pytest.approx(shuffled / ppl, abs=0.01)
 
