@@ -46,7 +46,8 @@ def checkpoint_row(path, data, subset, num_blocks, seed, batch_blocks):
 
     import fairseq_eva  # noqa: F401  (registers the models the checkpoints name)
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    state = checkpoint_utils.load_checkpoint_to_cpu(path, {"data": data})  # read once: the model and its updates
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
     model = models[0].eval()
     task.load_dataset(subset)
     dataset = task.dataset(subset)
@@ -58,7 +59,7 @@ def checkpoint_row(path, data, subset, num_blocks, seed, batch_blocks):
     nll, count = masked_nll(model, src, tgt, pad, batch_blocks)
     shuffled = shuffle_blocks(src, tgt, pad, torch.Generator().manual_seed(seed))
     nll_shuffled, _ = masked_nll(model, *shuffled, pad, batch_blocks)
-    updates = checkpoint_utils.load_checkpoint_to_cpu(path)["optimizer_history"][-1].get("num_updates", "-")
+    updates = state["optimizer_history"][-1].get("num_updates", "-")
     return dict(updates=updates, blocks=n, masked=count, ppl=math.exp(nll / count), shuffled=math.exp(nll_shuffled / count))
 
 
