@@ -1,6 +1,8 @@
-"""Shared helpers of the fairseq tests (tests/test_fairseq_*.py): running fairseq's command-line tools
-in subprocesses, parsing their logs, and preparing subsets of the bundled sample once per session."""
+"""Shared helpers of the fairseq and script tests: running fairseq's command-line tools
+in subprocesses, parsing their logs, preparing subsets of the bundled sample once per session, and
+importing scripts/*.py as modules."""
 
+import importlib.util
 import math
 import os
 import subprocess
@@ -21,6 +23,14 @@ LM_SIZES = {"train": 800, "valid": 100, "test": 100}
 VOCAB = 1000
 
 _CACHE = {}
+
+
+def script_module(name):
+    """scripts/NAME.py imported as a module, for testing its helpers without running it."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cli_env():

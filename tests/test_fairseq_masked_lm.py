@@ -1,7 +1,6 @@
 """End to end, through fairseq-train: the masked_lm task trains and validates a tiny roberta_eva; and
 scripts/mlm_order.py reads the checkpoint as fairseq-validate does."""
 
-import os
 import re
 
 import pytest
@@ -12,12 +11,9 @@ import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the models, for loading the checkpoint in this process)
-from fairseq_helpers import USER_DIR, is_finite, json_records, lm_data, run  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, is_finite, json_records, lm_data, run, script_module  # noqa: E402
 
 UPDATES = 12
-
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +56,7 @@ def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_bloc
     valid = run("fairseq-validate", data["bin"], "--user-dir", USER_DIR, "--cpu", "--path", checkpoint,
                 "--task", "masked_lm", "--valid-subset", "valid", "--max-tokens", 2048, cwd=save)
     expected = float(re.search(r"valid on 'valid' subset .*\| ppl ([0-9.]+)", valid.log).group(1))
-    order = run("python", os.path.join(ROOT, "scripts", "mlm_order.py"), "--data", data["bin"], "--subset", "valid",
+    order = run("python", REPO / "scripts" / "mlm_order.py", "--data", data["bin"], "--subset", "valid",
                 checkpoint, cwd=save)
     row = [line for line in order.stdout.splitlines() if line.startswith(f"| {checkpoint} |")]
     assert len(row) == 1, order.log[-3000:]
@@ -71,11 +67,7 @@ def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_bloc
 
 
 def test_shuffle_keeps_the_first_token_and_the_padding_and_moves_targets_with_their_inputs():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("mlm_order", os.path.join(ROOT, "scripts", "mlm_order.py"))
-    mlm_order = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mlm_order)
+    mlm_order = script_module("mlm_order")
     pad = 1
     src = torch.arange(10, 42).view(2, 16)
     src[1, 12:] = pad
