@@ -13,11 +13,12 @@ Steps, each skipped when its output exists (run the same command again to resume
      until its process CPU time reaches --budget-minutes; the stop is fairseq's --stop-time-hours, counted
      here in CPU seconds of the training process (validation included) rather than in wall-clock seconds,
      so that rows are comparable on a loaded machine. With --device cuda the rows train on the GPU with
-     --fp16 and the budget is fairseq's own wall-clock time. A row interrupted part way resumes from its
-     checkpoint_last.pt with the time it had spent (fairseq stores it in the checkpoint); a row done
-     at a smaller budget trains on to the larger one. Progress: each validation prints the row, training
-     seconds, updates and valid_small perplexity, also appended to DIR/ROW/curve.jsonl; the load average
-     at the start and end of each row goes to DIR/ROW/load.json;
+     --fp16 and the budget is fairseq's own wall-clock time. Stopping this script (Ctrl-C, kill) stops its
+     trainings; a row interrupted part way resumes from its checkpoint_last.pt with the time it had spent
+     (fairseq stores it in the checkpoint); a row done at a smaller budget trains on to the larger one.
+     Progress: each validation prints the row, training seconds, updates and valid_small perplexity, also
+     appended to DIR/ROW/curve.jsonl; the load average at the start and end of each row goes to
+     DIR/ROW/load.json;
   3. test perplexity of each row's last checkpoint: fairseq-eval-lm with context windows 0 and half the
      block (lm), fairseq-validate on the test split (mlm; the masks are fixed by the seed, the same for
      every row);
@@ -53,6 +54,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -98,13 +100,40 @@ def log(message):
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+CHILDREN = set()  # the trainings and tools running now, stopped with this driver (stop_children)
+
+
+def stop_children(signum, frame):
+    """On SIGTERM, stop the running trainings too instead of leaving them to train on unwatched; each resumes
+    from its last checkpoint when the same command runs again."""
+    for proc in list(CHILDREN):
+        proc.terminate()
+    for proc in list(CHILDREN):
+        proc.wait()
+    sys.exit(f"stopped by signal {signum}: run the same command again to resume")
+
+
+def start(cmd, **popen_options):
+    """A child process (registered in CHILDREN until it is waited for)."""
+    proc = subprocess.Popen([str(c) for c in cmd], **popen_options)
+    CHILDREN.add(proc)
+    return proc
+
+
+def finish(proc):
+    """Wait for a child process; its exit status."""
+    proc.wait()
+    CHILDREN.discard(proc)
+    return proc.returncode
+
+
 def run(cmd, env, logfile=None):
     """Run a command; on failure stop with its log's tail."""
     with open(logfile or os.devnull, "a") as out:
-        proc = subprocess.run([str(c) for c in cmd], env=env, stdout=out, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
+        returncode = finish(start(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+    if returncode != 0:
         tail = open(logfile).read()[-3000:] if logfile else ""
-        sys.exit(f"error: {cmd[0]} {cmd[1]} failed (exit {proc.returncode}); log {logfile}\n{tail}")
+        sys.exit(f"error: {cmd[0]} {cmd[1]} failed (exit {returncode}); log {logfile}\n{tail}")
 
 
 def first_words(src, dst, words):
@@ -203,8 +232,7 @@ def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
     curve = os.path.join(save, "curve.jsonl")
     seen = sum(1 for _ in open(curve)) if os.path.exists(curve) else 0
     with open(os.path.join(save, "train.log"), "a") as out:
-        proc = subprocess.Popen([str(c) for c in cmd], env={**env, "LONG_CONTEXT_CURVE": curve}, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = start(cmd, env={**env, "LONG_CONTEXT_CURVE": curve}, stdout=out, stderr=subprocess.STDOUT)
         while proc.poll() is None:
             time.sleep(5)
             if os.path.exists(curve):
@@ -214,8 +242,9 @@ def train_row(save, cmd, env, budget, unit, results=("test_ppl.json",)):
                     log(f"{name}: {r['cpu_s']:.0f} s, {r['updates']} updates (budget {budget:g} {unit}), "
                         f"valid ppl {r['ppl']:.1f}")
                 seen = len(lines)
-    if proc.returncode != 0:
-        sys.exit(f"error: training {name} failed (exit {proc.returncode}); see {save}/train.log")
+    returncode = finish(proc)
+    if returncode != 0:
+        sys.exit(f"error: training {name} failed (exit {returncode}); see {save}/train.log")
     load["end"] = os.getloadavg()
     json.dump(load, open(os.path.join(save, "load.json"), "w"))
     with open(done, "w") as f:
@@ -569,6 +598,7 @@ def main():
         checkpoint, data, subset, blocks, length, output = sys.argv[2:]
         return json.dump(approximation_errors(checkpoint, data, subset, int(blocks), int(length)), open(output, "w"))
     args = parse_args()
+    signal.signal(signal.SIGTERM, stop_children)
     eva = row_dir(args.work, "lm", "eva")
     if "approx" in args.tasks and not os.path.exists(os.path.join(eva, "done")) and not (
             "lm" in args.tasks and "eva" in args.rows):

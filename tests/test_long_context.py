@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -144,6 +145,29 @@ def test_parallel_rows_run_at_once_and_every_row_and_seed_runs(tmp_path, monkeyp
     runs = {(row, seed) for row in ("eva", "local") for seed in (1, 2)}
     assert sorted(calls[:4]) == sorted(("train", *r) for r in runs)
     assert sorted(calls[4:]) == sorted(("eval", *r) for r in runs)
+
+
+def test_sigterm_stops_the_training_with_the_driver(tmp_path):
+    """Killing the driver (SIGTERM, as `kill` sends) stops the training it started instead of leaving it to
+    train on unwatched, and says how to resume."""
+    pid_file = tmp_path / "training.pid"
+    training = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                "time.sleep(120)"]
+    driver = (f"import sys; sys.path.insert(0, {os.path.dirname(SCRIPT)!r}); import long_context as lc; "
+              f"lc.prepare = lambda args, env: 'BIN'; lc.train_command = lambda *a: {training!r}; "
+              f"sys.argv = ['long_context.py', 'corpus', '--work', {str(tmp_path)!r}, '--task', 'lm', '--rows', 'eva']; "
+              "lc.main()")
+    proc = subprocess.Popen([sys.executable, "-c", driver], env=ENV, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "run the same command again to resume" in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_first_words_cuts_after_the_document_that_reaches_the_count(tmp_path):
