@@ -168,8 +168,10 @@ def prepare(args, env):
     run(["bash", os.path.join(REPO, "data_prep", "prepare_mlm.sh"), "--raw", raw], prep_env, os.path.join(args.work, "prep.log"))
     small = os.path.join(args.work, "spm", "valid_small.bpe")
     with open(os.path.join(raw, "valid_small.txt")) as f, open(small, "w") as g:
-        subprocess.run([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode", "--spm",
-                        os.path.join(bin_dir, "spm.model")], stdin=f, stdout=g, env=env, check=True)
+        returncode = finish(start([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode", "--spm",
+                                   os.path.join(bin_dir, "spm.model")], stdin=f, stdout=g, env=env))
+    if returncode != 0:
+        sys.exit(f"error: encoding valid_small with {bin_dir}/spm.model failed (exit {returncode})")
     tmp = os.path.join(args.work, "valid_small.bin.tmp")
     run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(bin_dir, "dict.txt"), "--validpref", small,
          "--destdir", tmp, "--workers", "1"], env, os.path.join(args.work, "prep.log"))
