@@ -127,10 +127,10 @@ def finish(proc):
     return proc.returncode
 
 
-def run(cmd, env, logfile=None):
-    """Run a command; on failure stop with its log's tail."""
+def run(cmd, env, logfile=None, stdin=None, stdout=None):
+    """Run a command (its stderr, and its stdout unless given a file, to logfile); on failure stop with the log's tail."""
     with open(logfile or os.devnull, "a") as out:
-        returncode = finish(start(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+        returncode = finish(start(cmd, env=env, stdin=stdin, stdout=stdout or out, stderr=out))
     if returncode != 0:
         tail = open(logfile).read()[-3000:] if logfile else ""
         sys.exit(f"error: {cmd[0]} {cmd[1]} failed (exit {returncode}); log {logfile}\n{tail}")
@@ -168,10 +168,8 @@ def prepare(args, env):
     run(["bash", os.path.join(REPO, "data_prep", "prepare_mlm.sh"), "--raw", raw], prep_env, os.path.join(args.work, "prep.log"))
     small = os.path.join(args.work, "spm", "valid_small.bpe")
     with open(os.path.join(raw, "valid_small.txt")) as f, open(small, "w") as g:
-        returncode = finish(start([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode", "--spm",
-                                   os.path.join(bin_dir, "spm.model")], stdin=f, stdout=g, env=env))
-    if returncode != 0:
-        sys.exit(f"error: encoding valid_small with {bin_dir}/spm.model failed (exit {returncode})")
+        run([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode",
+             "--spm", os.path.join(bin_dir, "spm.model")], env, os.path.join(args.work, "prep.log"), stdin=f, stdout=g)
     tmp = os.path.join(args.work, "valid_small.bin.tmp")
     run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(bin_dir, "dict.txt"), "--validpref", small,
          "--destdir", tmp, "--workers", "1"], env, os.path.join(args.work, "prep.log"))
