@@ -127,6 +127,12 @@ def finish(proc):
     return proc.returncode
 
 
+def fairseq_tool(name):
+    """fairseq's command-line tool `name` (fairseq_cli.NAME) run by this interpreter: found wherever fairseq can be
+    imported, also when its console scripts are not on PATH (a `pip install --target` install)."""
+    return [sys.executable, "-m", f"fairseq_cli.{name}"]
+
+
 def run(cmd, env, logfile=None, stdin=None, stdout=None):
     """Run a command (its stderr, and its stdout unless given a file, to logfile); on failure stop with the log's tail."""
     with open(logfile or os.devnull, "a") as out:
@@ -171,7 +177,7 @@ def prepare(args, env):
         run([sys.executable, os.path.join(REPO, "data_prep", "mlm_text.py"), "encode",
              "--spm", os.path.join(bin_dir, "spm.model")], env, os.path.join(args.work, "prep.log"), stdin=f, stdout=g)
     tmp = os.path.join(args.work, "valid_small.bin.tmp")
-    run(["fairseq-preprocess", "--only-source", "--srcdict", os.path.join(bin_dir, "dict.txt"), "--validpref", small,
+    run([*fairseq_tool("preprocess"), "--only-source", "--srcdict", os.path.join(bin_dir, "dict.txt"), "--validpref", small,
          "--destdir", tmp, "--workers", "1"], env, os.path.join(args.work, "prep.log"))
     for ext in ("bin", "idx"):
         os.replace(os.path.join(tmp, f"valid.{ext}"), os.path.join(bin_dir, f"valid_small.{ext}"))
@@ -270,7 +276,7 @@ def evaluate(args, bin_dir, task, row, seed, env):
     if task == "lm":
         for context in (0, args.tokens_per_sample // 2):
             logfile = os.path.join(save, f"eval_lm.ctx{context}.log")
-            run(["fairseq-eval-lm", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--gen-subset", "test",
+            run([*fairseq_tool("eval_lm"), bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--gen-subset", "test",
                  "--tokens-per-sample", args.tokens_per_sample, "--context-window", context, "--batch-size", "4",
                  *EVAL_OPTIONS[args.device]],
                 env, logfile)
@@ -278,7 +284,7 @@ def evaluate(args, bin_dir, task, row, seed, env):
             log(f"{name}: test perplexity, context {context}: {ppl[str(context)]:.2f}")
     else:
         logfile = os.path.join(save, "validate.test.log")
-        run(["fairseq-validate", bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--task", "masked_lm",
+        run([*fairseq_tool("validate"), bin_dir, "--user-dir", user_dir, "--path", checkpoint, "--task", "masked_lm",
              "--valid-subset", "test", "--max-tokens", args.tokens_per_sample * args.blocks_per_batch,
              *EVAL_OPTIONS[args.device]],
             env, logfile)

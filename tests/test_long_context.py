@@ -170,6 +170,14 @@ def test_sigterm_stops_the_training_with_the_driver(tmp_path):
         os.kill(pid, 0)
 
 
+@pytest.mark.parametrize("name", ["preprocess", "eval_lm", "validate"])
+def test_fairseq_tools_run_without_their_console_scripts_on_path(name):
+    """On a machine where fairseq was installed with `pip install --target`, its console scripts are not on PATH."""
+    r = subprocess.run([*lc.fairseq_tool(name), "--help"], cwd=ROOT, env={**ENV, "PATH": ""}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "usage:" in r.stdout
+
+
 def test_first_words_cuts_after_the_document_that_reaches_the_count(tmp_path):
     src, dst = tmp_path / "in.txt", str(tmp_path / "out.txt")
     src.write_text("one two\nthree\n\nfour five six\n\nseven\n")
