@@ -139,7 +139,8 @@ def run(cmd, env, logfile=None, stdin=None, stdout=None):
         returncode = finish(start(cmd, env=env, stdin=stdin, stdout=stdout or out, stderr=out))
     if returncode != 0:
         tail = open(logfile).read()[-3000:] if logfile else ""
-        sys.exit(f"error: {cmd[0]} {cmd[1]} failed (exit {returncode}); log {logfile}\n{tail}")
+        what = " ".join(str(c) for c in cmd[:3])  # names `python -m fairseq_cli.X` and `bash script.sh --raw` alike
+        sys.exit(f"error: {what} failed (exit {returncode}); log {logfile}\n{tail}")
 
 
 def first_words(src, dst, words):

@@ -178,6 +178,12 @@ def test_fairseq_tools_run_without_their_console_scripts_on_path(name):
     assert r.returncode == 0 and "usage:" in r.stdout
 
 
+def test_a_failed_fairseq_tool_is_named_in_the_error(tmp_path):
+    with pytest.raises(SystemExit, match=r"-m fairseq_cli\.validate failed \(exit 1\)"):
+        lc.run([*lc.fairseq_tool("validate"), str(tmp_path / "missing"), "--task", "masked_lm"], ENV,
+               str(tmp_path / "validate.log"))
+
+
 def test_first_words_cuts_after_the_document_that_reaches_the_count(tmp_path):
     src, dst = tmp_path / "in.txt", str(tmp_path / "out.txt")
     src.write_text("one two\nthree\n\nfour five six\n\nseven\n")
