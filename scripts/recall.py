@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Long-range recall: can a causal language model copy text it saw further back than EVA's window?
 
-  python scripts/recall.py DATA --work DIR [--rows softmax,local,eva4,eva16] [--updates 1500]
+  python scripts/recall.py DATA --work DIR [--rows softmax,local,eva4,eva16] [--updates 1500] [--seeds 1]
 
 DATA is a binarised language-model folder (dict.txt, train, test and valid_small or valid), such as the
 WORK/bin that scripts/long_context.py prepares. Steps, each skipped when its output exists (run the same
@@ -12,11 +12,14 @@ command again to resume; a larger --updates trains the rows on from their checkp
      copied from A, from H - o >= H/2 or more tokens back: further than the EVA window when H/2 > window.
      Offsets are drawn with --seed and kept in DIR/bin/SPLIT.offsets.json;
   2. each row trains the same model (fairseq-train, transformer_lm_eva) on these blocks for --updates
-     updates, one process at a time; CPU seconds and valid perplexity (whole blocks) at each validation go to
-     DIR/ROW/curve.jsonl (scripts/long_context.py's trainer);
-  3. each row's last checkpoint on the first --test-blocks test blocks: perplexity on A (ordinary language
-     modelling) and on the copyable tokens of B (the recall), in DIR/ROW/recall.json;
-  4. DIR/results.md and DIR/curves.png (valid perplexity against training CPU time).
+     updates, once per training seed of --seeds (the blocks stay those of --seed), one process at a time, in
+     DIR/ROW (seed 1) or DIR/ROW-seedN; CPU seconds and valid perplexity (whole blocks) at each validation go
+     to its curve.jsonl (scripts/long_context.py's trainer);
+  3. each run's last checkpoint on the first --test-blocks test blocks: perplexity on A (ordinary language
+     modelling) and on the copyable tokens of B (the recall), in its recall.json;
+  4. DIR/results.md and DIR/curves.png (valid perplexity against training CPU time), of every run in DIR;
+     where DIR has the exact and local rows of seed 1, each run's share of exact attention's recall:
+     (log B_local - log B_run) / (log B_local - log B_exact), B the perplexity on the repeated part.
 Rows: softmax (exact causal attention, fairseq's, absolute positions only), exact (exact causal attention
 with the relative position bias: EVA's layer with one window over the whole block, no chunks), local (EVA's
 window alone: --window, no chunks), evaS (causal EVA with that window and chunks of S tokens, so
@@ -38,6 +41,7 @@ sys.path.insert(0, HERE)
 import long_context as lc  # noqa: E402  (its trainer counts CPU time and records the curve)
 
 ROW = re.compile(r"softmax|exact|local|eva([1-9][0-9]*)")
+RUN = re.compile(r"(softmax|exact|local|eva([1-9][0-9]*))(?:-seed([1-9][0-9]*))?")  # a row's folder: ROW or ROW-seedN
 SPLITS = {"train": ("train",), "valid": ("valid_small", "valid"), "test": ("test",)}  # ours: theirs, first found
 
 
@@ -104,7 +108,12 @@ def attention_options(args, row):
     return ["--decoder-attention", "eva", "--eva-window-size", window, "--eva-chunk-size", chunk, "--eva-rpe", "true"]
 
 
-def train_command(args, bin_dir, row):
+def run_name(row, seed):
+    """A run's folder in DIR: ROW for seed 1, ROW-seedN for the others (as scripts/long_context.py names them)."""
+    return row if seed == 1 else f"{row}-seed{seed}"
+
+
+def train_command(args, bin_dir, row, seed=1):
     return [sys.executable, os.path.join(HERE, "long_context.py"), "_train", bin_dir, "--user-dir",
             os.path.join(REPO, "fairseq_eva"), "--task", "language_modeling", "--arch", "transformer_lm_eva",
             *attention_options(args, row), "--decoder-layers", args.layers, "--decoder-embed-dim", args.dim,
@@ -112,11 +121,11 @@ def train_command(args, bin_dir, row):
             "--tokens-per-sample", args.tokens_per_sample, "--sample-break-mode", "none", "--optimizer", "adam",
             "--adam-betas", "(0.9,0.98)", "--lr", args.lr, "--lr-scheduler", "inverse_sqrt", "--warmup-updates",
             args.warmup, "--clip-norm", "1.0", "--dropout", "0.1",
-            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", args.seed,
+            "--max-tokens", args.tokens_per_sample * args.blocks_per_batch, "--cpu", "--seed", seed,
             "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid",
             "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
             "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
-            "--max-update", args.updates, "--save-dir", os.path.join(args.work, row)]
+            "--max-update", args.updates, "--save-dir", os.path.join(args.work, run_name(row, seed))]
 
 
 def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False):
@@ -156,38 +165,46 @@ def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False)
     return {name: math.exp(total / count) for name, (total, count) in sums.items()} | {"blocks": num_blocks}
 
 
-def evaluate(args, bin_dir, row):
-    """A row's test perplexities in DIR/ROW/recall.json; an EVA row's also without its chunks."""
-    result = os.path.join(args.work, row, "recall.json")
+def evaluate(args, bin_dir, run):
+    """A run's test perplexities in DIR/RUN/recall.json; an EVA run's also without its chunks."""
+    result = os.path.join(args.work, run, "recall.json")
     ppl = json.load(open(result)) if os.path.exists(result) else {}
-    if not ppl or (row.startswith("eva") and "without chunks" not in ppl):
-        checkpoint = os.path.join(args.work, row, "checkpoint_last.pt")
+    if not ppl or (run.startswith("eva") and "without chunks" not in ppl):
+        checkpoint = os.path.join(args.work, run, "checkpoint_last.pt")
         ppl = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks)
-        if row.startswith("eva"):
+        if run.startswith("eva"):
             ppl["without chunks"] = recall_perplexity(checkpoint, bin_dir, "test", args.test_blocks, drop_chunks=True)
         json.dump(ppl, open(result + ".tmp", "w"))
         os.replace(result + ".tmp", result)
-    lc.log(f"{row}: test perplexity, first half {ppl['first half']:.2f}, repeated part {ppl['repeated']:.2f}")
+    lc.log(f"{run}: test perplexity, first half {ppl['first half']:.2f}, repeated part {ppl['repeated']:.2f}")
     return ppl
 
 
-def describe(args, row):
-    if row == "softmax":
-        return "softmax (all earlier tokens)"
-    if row == "exact":
-        return "exact (all earlier tokens, relative position bias)"
-    if row == "local":
-        return f"local (window {args.window})"
-    s = int(row[3:])
-    return f"EVA (window {args.window}, chunks of {s}: {(args.tokens_per_sample - args.window) // s} at the end)"
+def describe(args, name):
+    row, chunk, seed = RUN.fullmatch(name).groups()
+    text = {"softmax": "softmax (all earlier tokens)", "exact": "exact (all earlier tokens, relative position bias)",
+            "local": f"local (window {args.window})"}.get(row) or (
+        f"EVA (window {args.window}, chunks of {chunk}: {(args.tokens_per_sample - args.window) // int(chunk)} at the end)")
+    return text + (f", seed {seed}" if seed else "")
 
 
 def finished_rows(work):
-    """The rows in `work` that have a test result, whatever --rows this run named: softmax, exact, local, then
-    EVA by chunk size."""
-    rows = [r for r in os.listdir(work) if ROW.fullmatch(r) and os.path.exists(os.path.join(work, r, "recall.json"))]
-    named = ("softmax", "exact", "local")
-    return sorted(rows, key=lambda r: (named.index(r), 0) if r in named else (len(named), int(r[3:])))
+    """The runs in `work` that have a test result, whatever --rows this run named: softmax, exact, local, then
+    EVA by chunk size; each row's seeds in order."""
+    def order(name):
+        row, chunk, seed = RUN.fullmatch(name).groups()
+        return ("softmax", "exact", "local", "eva").index(row[:3] if chunk else row), int(chunk or 0), int(seed or 1)
+
+    runs = [r for r in os.listdir(work) if RUN.fullmatch(r) and os.path.exists(os.path.join(work, r, "recall.json"))]
+    return sorted(runs, key=order)
+
+
+def recall_share(repeated, local, exact):
+    """The part of exact attention's saving on the repeated part, in nats a token against local attention, that
+    a run makes: (log B_local - log B) / (log B_local - log B_exact); None without a saving to compare with."""
+    if local is None or exact is None or local <= exact:
+        return None
+    return (math.log(local) - math.log(repeated)) / (math.log(local) - math.log(exact))
 
 
 def without_chunks(ppl):
@@ -198,21 +215,26 @@ def without_chunks(ppl):
 def report(args):
     lines = [f"# Long-range recall: blocks of {args.tokens_per_sample}, second half = first half rotated", "",
              f"Data {os.path.abspath(args.data)}; {args.layers} layers, {args.dim} dims, FFN {args.ffn}, {args.heads} heads; "
-             f"{args.blocks_per_batch} blocks an update; seed {args.seed}. Test perplexity on the first "
-             f"{args.test_blocks} test blocks: on the first half (ordinary language modelling) and on the copyable tokens "
-             f"of the second half (each {args.tokens_per_sample // 4} to {args.tokens_per_sample} tokens after its copy).", "",
+             f"{args.blocks_per_batch} blocks an update; blocks drawn with seed {args.seed}, training seed 1 unless the "
+             f"row says. Test perplexity on the first {args.test_blocks} test blocks: on the first half (ordinary "
+             f"language modelling) and on the copyable tokens of the second half (each {args.tokens_per_sample // 4} "
+             f"to {args.tokens_per_sample} tokens after its copy). Share: of exact attention's recall against local "
+             "attention's (seed 1 of each, at their own updates), in log perplexity on the repeated part.", "",
              "| row | updates | CPU s | CPU s / update | valid ppl (whole blocks) | test ppl, first half | "
-             "test ppl, repeated part | EVA without its chunks at test: first half, repeated part |",
-             "|---|---|---|---|---|---|---|---|"]
+             "test ppl, repeated part | share | EVA without its chunks at test: first half, repeated part |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    runs = finished_rows(args.work)
+    results = {run: json.load(open(os.path.join(args.work, run, "recall.json"))) for run in runs}
+    local, exact = (results[r]["repeated"] if r in results else None for r in ("local", "exact"))
     curves = {}
-    for row in finished_rows(args.work):
-        save = os.path.join(args.work, row)
-        curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
-        curves[row] = curve
-        last, ppl = curve[-1], json.load(open(os.path.join(save, "recall.json")))
-        lines.append(f"| {describe(args, row)} | {last['updates']} | {last['cpu_s']:.0f} | "
+    for run in runs:
+        curve = [json.loads(x) for x in open(os.path.join(args.work, run, "curve.jsonl"))]
+        curves[run] = curve
+        last, ppl = curve[-1], results[run]
+        share = recall_share(ppl["repeated"], local, exact)
+        lines.append(f"| {describe(args, run)} | {last['updates']} | {last['cpu_s']:.0f} | "
                      f"{last['cpu_s'] / max(last['updates'], 1):.2f} | {last['ppl']:.2f} | {ppl['first half']:.2f} | "
-                     f"{ppl['repeated']:.2f} | {without_chunks(ppl)} |")
+                     f"{ppl['repeated']:.2f} | {'-' if share is None else f'{share:.0%}'} | {without_chunks(ppl)} |")
     lines += ["", "Commands (fairseq-train arguments; `_train` counts CPU time):", ""]
     lines += [f"- {row}: `{open(os.path.join(args.work, row, 'command.txt')).read().strip()}`" for row in curves]
     with open(os.path.join(args.work, "results.md"), "w") as f:
@@ -243,9 +265,16 @@ def parse_args(argv=None):
     p.add_argument("--valid-blocks", type=int, default=16, help="blocks in the valid split (16)")
     p.add_argument("--test-blocks", type=int, default=64, help="test blocks evaluated (64)")
     p.add_argument("--threads", type=int, default=1, help="threads per training (1)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of the blocks' rotation offsets (1)")
+    p.add_argument("--seeds", default="1", help="comma-separated training seeds, each row trained once per seed (1)")
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds must be comma-separated whole numbers, not {args.seeds!r}")
+    if min(args.seeds) < 1:
+        p.error("--seeds must be positive")
     for row in args.rows:
         match = ROW.fullmatch(row)
         if not match:
@@ -274,9 +303,10 @@ def main():
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would let it chatter
     bin_dir = build(args)
     for row in args.rows:
-        lc.train_row(os.path.join(args.work, row), train_command(args, bin_dir, row), env, args.updates, "updates",
-                     results=("recall.json",))
-        evaluate(args, bin_dir, row)
+        for seed in args.seeds:
+            lc.train_row(os.path.join(args.work, run_name(row, seed)), train_command(args, bin_dir, row, seed), env,
+                         args.updates, "updates", results=("recall.json",))
+            evaluate(args, bin_dir, run_name(row, seed))
     report(args)
 
 

@@ -42,6 +42,8 @@ def test_copyable_tokens_are_exactly_those_an_induction_step_predicts():
     (["--tokens-per-sample", "256"], "more than 4 windows long"),
     (["--tokens-per-sample", "600"], "must be a multiple of the window (64)"),
     (["--updates", "0"], "--updates and --validate-every must be positive"),
+    (["--seeds", "1,two"], "--seeds must be comma-separated whole numbers, not '1,two'"),
+    (["--seeds", "0"], "--seeds must be positive"),
 ])
 def test_bad_arguments_are_refused_by_name(args, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -58,14 +60,48 @@ def test_rows_differ_in_their_attention_only_and_exact_spans_the_block(tmp_path)
     assert options["eva4"][2:6] == ["--eva-window-size", "64", "--eva-chunk-size", "4"]
 
 
-def test_report_orders_every_finished_row(tmp_path):
-    for row in ("eva16", "local", "eva4", "exact", "softmax", "eva8"):
-        (tmp_path / row).mkdir()
-        (tmp_path / row / "recall.json").write_text("{}")
+def test_a_second_training_seed_trains_on_the_same_blocks_in_its_own_folder(tmp_path):
+    args = recall.parse_args(["data", "--work", str(tmp_path), "--seed", "3", "--seeds", "1,2"])
+    assert args.seed == 3 and args.seeds == [1, 2]
+    first, second = ([str(o) for o in recall.train_command(args, "bin", "eva4", seed)] for seed in args.seeds)
+    assert first[first.index("--seed") + 1] == "1" and second[second.index("--seed") + 1] == "2"
+    assert first[-1] == str(tmp_path / "eva4") and second[-1] == str(tmp_path / "eva4-seed2")
+    i = first.index("--seed") + 1
+    assert first[:i] + first[i + 1:-1] == second[:i] + second[i + 1:-1]  # nothing else differs
+
+
+def test_report_orders_every_finished_run(tmp_path):
+    for run in ("eva16", "local", "eva4-seed2", "eva4", "exact-seed2", "exact", "softmax", "eva8", "eva4-seed10"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "recall.json").write_text("{}")
     (tmp_path / "eva2").mkdir()  # not evaluated: left out
-    assert recall.finished_rows(str(tmp_path)) == ["softmax", "exact", "local", "eva4", "eva8", "eva16"]
+    (tmp_path / "bin").mkdir()
+    assert recall.finished_rows(str(tmp_path)) == ["softmax", "exact", "exact-seed2", "local", "eva4", "eva4-seed2",
+                                                   "eva4-seed10", "eva8", "eva16"]
     args = recall.parse_args(["data", "--work", str(tmp_path)])
     assert recall.describe(args, "exact") == "exact (all earlier tokens, relative position bias)"
+    assert recall.describe(args, "eva4-seed2") == "EVA (window 64, chunks of 4: 112 at the end), seed 2"
+    repeated = {"softmax": 60.0, "exact": 1.0, "exact-seed2": 2.0, "local": 50.0, "eva4": 50.0 ** 0.5}
+    for run in recall.finished_rows(str(tmp_path)):
+        (tmp_path / run / "recall.json").write_text(json.dumps({"first half": 55.0, "repeated": repeated.get(run, 50.0)}))
+        (tmp_path / run / "curve.jsonl").write_text(json.dumps({"cpu_s": 40.0, "updates": 100, "ppl": 70.0}) + "\n")
+        (tmp_path / run / "command.txt").write_text("_train ...\n")
+    recall.report(args)
+    table = {line.split(" | ")[0][2:]: line.split(" | ") for line in (tmp_path / "results.md").read_text().splitlines()
+             if line.startswith("| ") and line[2:].split(" ")[0] in ("softmax", "exact", "local", "EVA")}
+    assert len(table) == 9 and all(len(cells) == 9 for cells in table.values())
+    share = {row: cells[7] for row, cells in table.items()}
+    assert share["exact (all earlier tokens, relative position bias)"] == "100%"
+    assert share["local (window 64)"] == "0%" and share["softmax (all earlier tokens)"] == "-5%"
+    assert share["EVA (window 64, chunks of 4: 112 at the end)"] == "50%"
+    assert share["exact (all earlier tokens, relative position bias), seed 2"] == "82%"  # log(50/2) / log(50)
+
+
+def test_share_of_exact_recall_is_in_log_perplexity_against_local():
+    assert recall.recall_share(53.30, 53.30, 1.08) == 0
+    assert recall.recall_share(1.08, 53.30, 1.08) == pytest.approx(1)
+    assert recall.recall_share(53.30 ** 0.5, 53.30, 1) == pytest.approx(0.5)  # half the nats saved
+    assert recall.recall_share(3.0, 53.30, None) is None and recall.recall_share(3.0, 5.0, 5.0) is None
 
 
 def test_data_without_a_dictionary_is_named(tmp_path):
