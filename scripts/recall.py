@@ -41,7 +41,7 @@ sys.path.insert(0, HERE)
 import long_context as lc  # noqa: E402  (its trainer counts CPU time and records the curve)
 
 ROW = re.compile(r"softmax|exact|local|eva([1-9][0-9]*)")
-RUN = re.compile(r"(softmax|exact|local|eva([1-9][0-9]*))(?:-seed([1-9][0-9]*))?")  # a row's folder: ROW or ROW-seedN
+RUN = re.compile(rf"({ROW.pattern})(?:-seed([1-9][0-9]*))?")  # a run's folder: ROW or ROW-seedN (lc.row_dir)
 SPLITS = {"train": ("train",), "valid": ("valid_small", "valid"), "test": ("test",)}  # ours: theirs, first found
 
 
@@ -108,11 +108,6 @@ def attention_options(args, row):
     return ["--decoder-attention", "eva", "--eva-window-size", window, "--eva-chunk-size", chunk, "--eva-rpe", "true"]
 
 
-def run_name(row, seed):
-    """A run's folder in DIR: ROW for seed 1, ROW-seedN for the others (as scripts/long_context.py names them)."""
-    return row if seed == 1 else f"{row}-seed{seed}"
-
-
 def train_command(args, bin_dir, row, seed=1):
     return [sys.executable, os.path.join(HERE, "long_context.py"), "_train", bin_dir, "--user-dir",
             os.path.join(REPO, "fairseq_eva"), "--task", "language_modeling", "--arch", "transformer_lm_eva",
@@ -125,7 +120,7 @@ def train_command(args, bin_dir, row, seed=1):
             "--log-format", "json", "--log-interval", "10", "--valid-subset", "valid",
             "--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
             "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--max-epoch", "1000",
-            "--max-update", args.updates, "--save-dir", os.path.join(args.work, run_name(row, seed))]
+            "--max-update", args.updates, "--save-dir", lc.row_dir(args.work, "lm", row, seed)]
 
 
 def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False):
@@ -304,9 +299,10 @@ def main():
     bin_dir = build(args)
     for row in args.rows:
         for seed in args.seeds:
-            lc.train_row(os.path.join(args.work, run_name(row, seed)), train_command(args, bin_dir, row, seed), env,
-                         args.updates, "updates", results=("recall.json",))
-            evaluate(args, bin_dir, run_name(row, seed))
+            save = lc.row_dir(args.work, "lm", row, seed)  # DIR/ROW, or DIR/ROW-seedN
+            lc.train_row(save, train_command(args, bin_dir, row, seed), env, args.updates, "updates",
+                         results=("recall.json",))
+            evaluate(args, bin_dir, os.path.basename(save))
     report(args)
 
 

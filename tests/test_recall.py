@@ -75,7 +75,6 @@ def test_report_orders_every_finished_run(tmp_path):
         (tmp_path / run).mkdir()
         (tmp_path / run / "recall.json").write_text("{}")
     (tmp_path / "eva2").mkdir()  # not evaluated: left out
-    (tmp_path / "bin").mkdir()
     assert recall.finished_rows(str(tmp_path)) == ["softmax", "exact", "exact-seed2", "local", "eva4", "eva4-seed2",
                                                    "eva4-seed10", "eva8", "eva16"]
     args = recall.parse_args(["data", "--work", str(tmp_path)])
