@@ -10,6 +10,9 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts"))
+from long_context import ppl_at_cpu  # noqa: E402  (the report's own interpolation between validations)
+
 ROWS = {
     "exact": os.path.join(HERE, "..", "lm512_v2k", "exact"),
     "EVA s1": os.path.join(HERE, "eva"),
@@ -27,12 +30,7 @@ def at_updates(curve, updates):
 
 
 def at_minutes(curve, minutes):
-    """Interpolated between the two validations around it; None past the row's budget."""
-    s = minutes * 60
-    for a, b in zip(curve, curve[1:]):
-        if a["cpu_s"] <= s <= b["cpu_s"]:
-            return a["ppl"] + (s - a["cpu_s"]) / (b["cpu_s"] - a["cpu_s"]) * (b["ppl"] - a["ppl"])
-    return None
+    return ppl_at_cpu(curve, minutes * 60)
 
 
 def test_at(row_dir, minutes):
@@ -67,9 +65,13 @@ def comparison(v):
             span(shares, lambda x: f"{100 * x:.0f}", "%")]
 
 
-def table(label, points, value):
+def header(label):
     head = [label, *ROWS, "EVA spread", "local spread", "local minus EVA", "EVA's share"]
     print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
+
+
+def table(label, points, value):
+    header(label)
     for p in points:
         v = {name: value(curve, p) for name, curve in CURVES.items()}
         cells = [f"{p:,}", *("-" if x is None else f"{x:.2f}" for x in v.values()), *comparison(v)]
@@ -101,10 +103,9 @@ def plot(path):
 
 if __name__ == "__main__":
     table("updates", UPDATES, at_updates)
-    table("CPU minutes", MINUTES, lambda curve, m: at_minutes(curve, m))
+    table("CPU minutes", MINUTES, at_minutes)
     print("Test perplexity, context 0 / 256 (the last columns compare context 256):\n")
-    head = ["CPU minutes", *ROWS, "EVA spread", "local spread", "local minus EVA", "EVA's share"]
-    print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
+    header("CPU minutes")
     for m in (60, 120, 180):
         tests = {name: test_at(d, m) for name, d in ROWS.items()}
         cells = ["-" if t is None else f"{t['0']:.2f} / {t['256']:.2f}" for t in tests.values()]
