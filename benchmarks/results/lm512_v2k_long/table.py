@@ -1,5 +1,5 @@
-"""Issue 19, step 2 at 2,000 pieces: two seeds of EVA and of local attention against exact attention (one seed),
-at equal updates, at equal CPU time and on test, from the records (exact is lm512_v2k's row).
+"""Issue 19, step 2 at 2,000 pieces: two seeds each of exact, EVA and local attention, at equal updates, at equal
+CPU time and on test, from the records (exact's two rows are lm512_v2k's).
 
   python table.py [PLOT.png]
 """
@@ -14,7 +14,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts"))
 from long_context import ppl_at_cpu  # noqa: E402  (the report's own interpolation between validations)
 
 ROWS = {
-    "exact": os.path.join(HERE, "..", "lm512_v2k", "exact"),
+    "exact s1": os.path.join(HERE, "..", "lm512_v2k", "exact"),
+    "exact s2": os.path.join(HERE, "..", "lm512_v2k", "exact-seed2"),
     "EVA s1": os.path.join(HERE, "eva"),
     "EVA s2": os.path.join(HERE, "eva-seed2"),
     "local s1": os.path.join(HERE, "local"),
@@ -53,20 +54,32 @@ def spread(xs):
     return f"{abs(xs[0] - xs[1]):.2f}" if len(xs) == 2 else "-"
 
 
+def seeds(v, row):
+    return [x for name, x in v.items() if name.split()[0] == row and x is not None]
+
+
+def share(exact, eva, local):
+    """EVA's share of local attention's gap to exact attention."""
+    return (local - eva) / (local - exact)
+
+
 def comparison(v):
-    """Seed spreads, local minus EVA and EVA's share of local's gap to exact, over the four pairings of seeds.
-    The share is given only where exact attention is below every EVA and local seed."""
-    eva = [x for x in (v["EVA s1"], v["EVA s2"]) if x is not None]
-    local = [x for x in (v["local s1"], v["local s2"]) if x is not None]
-    exact = v["exact"]
-    below = exact is not None and all(exact < x for x in eva + local)
-    shares = [(lo - e) / (lo - exact) for e in eva for lo in local] if below else []
-    return [spread(eva), spread(local), span([lo - e for e in eva for lo in local], lambda x: f"{x:.2f}"),
-            span(shares, lambda x: f"{100 * x:.0f}", "%")]
+    """Seed spreads; local minus EVA over the pairings of seeds; EVA's share of local's gap to exact, from the
+    means and over every choice of one seed a row. A share is given only where every exact seed is below every
+    EVA and local seed, and its mean only where every row has two seeds."""
+    exact, eva, local = seeds(v, "exact"), seeds(v, "EVA"), seeds(v, "local")
+    below = exact and all(x < y for x in exact for y in eva + local)
+    shares = [share(x, e, lo) for x in exact for e in eva for lo in local] if below else []
+    complete = below and len(exact) == len(eva) == len(local) == 2
+    mean = share(*(sum(xs) / 2 for xs in (exact, eva, local))) if complete else None
+    percent = lambda x: f"{100 * x:.0f}"  # noqa: E731
+    return [spread(exact), spread(eva), spread(local), span([lo - e for e in eva for lo in local], lambda x: f"{x:.2f}"),
+            "-" if mean is None else percent(mean) + "%", span(shares, percent, "%")]
 
 
 def header(label):
-    head = [label, *ROWS, "EVA spread", "local spread", "local minus EVA", "EVA's share"]
+    head = [label, *ROWS, "exact spread", "EVA spread", "local spread", "local minus EVA", "EVA's share (means)",
+            "EVA's share (seeds)"]
     print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
 
 
