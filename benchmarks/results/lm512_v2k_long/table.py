@@ -54,6 +54,10 @@ def spread(xs):
     return f"{abs(xs[0] - xs[1]):.2f}" if len(xs) == 2 else "-"
 
 
+def percent(x):
+    return f"{100 * x:.0f}"
+
+
 def seeds(v, row):
     return [x for name, x in v.items() if name.split()[0] == row and x is not None]
 
@@ -72,7 +76,6 @@ def comparison(v):
     shares = [share(x, e, lo) for x in exact for e in eva for lo in local] if below else []
     complete = below and len(exact) == len(eva) == len(local) == 2
     mean = share(*(sum(xs) / 2 for xs in (exact, eva, local))) if complete else None
-    percent = lambda x: f"{100 * x:.0f}"  # noqa: E731
     return [spread(exact), spread(eva), spread(local), span([lo - e for e in eva for lo in local], lambda x: f"{x:.2f}"),
             "-" if mean is None else percent(mean) + "%", span(shares, percent, "%")]
 
