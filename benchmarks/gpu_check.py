@@ -22,7 +22,7 @@ are written again after every row, so a call that is killed leaves its table so 
 4. paper_configs: fairseq-hydra-train --fp16 on the bundled sample, 60 updates of each config of
    PAPER_CONFIGS as users run it; words/s after the first logged interval, EVA against softmax.
 5. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
-   translation model; fairseq_eva/clean_exit.py) must exit 0; then the same run with that fix switched
+   translation model; fairseq_eva/fairseq_fixes/clean_exit.py) must exit 0; then the same run with that fix switched
    off, which shows whether the cause is the one found.
 6. profile: why a layer takes its time. Each EVA layer at 8 x 8192 (also with the bias alone and with
    dropout alone), one forward + backward: the time per call, the host's CPU time per call (launching,
@@ -594,9 +594,9 @@ def paper_configs(s, data, work, deadline, emit, configs=None):
     return rows
 
 
-# the control of the clean-exit check: fairseq-train with the atexit hook of fairseq_eva/clean_exit.py removed (the
+# the control of the clean-exit check: fairseq-train with the atexit hook of fairseq_eva/fairseq_fixes/clean_exit.py removed (the
 # plugin imported after fairseq_cli.train, which sets up the logging, and before cli_main, which would register it)
-WITHOUT_FIX = ("import atexit, sys; from fairseq_cli.train import cli_main; from fairseq_eva import clean_exit; "
+WITHOUT_FIX = ("import atexit, sys; from fairseq_cli.train import cli_main; from fairseq_eva.fairseq_fixes import clean_exit; "
                "atexit.unregister(clean_exit.stop_background_loaders); sys.argv[0] = 'fairseq-train'; sys.exit(cli_main())")
 
 

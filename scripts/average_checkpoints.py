@@ -17,7 +17,7 @@ other tensors (integer buffers) are taken from the first checkpoint (the newest,
 everything else in the file (cfg, args, extra state). The output is written to a temporary file in the same
 folder and renamed into place, so that a failure leaves no partial file and an existing output untouched.
 
-Checkpoints are read with torch.load(weights_only=True) (fairseq_eva.checkpoint_safety): a file that is
+Checkpoints are read with torch.load(weights_only=True) (fairseq_eva.fairseq_fixes.checkpoint_safety): a file that is
 not a fairseq checkpoint is refused by name, and nothing else is ever unpickled.
 """
 
@@ -30,7 +30,7 @@ import tempfile
 
 import torch
 
-from fairseq_eva import checkpoint_safety
+from fairseq_eva.fairseq_fixes import checkpoint_safety
 
 
 class AverageError(RuntimeError):

@@ -61,7 +61,7 @@ ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
 # Trains with fairseq-hydra-train on configs/CONFIG.yaml. update_freq = ceil(TOTAL / (PER_DEVICE x processes
 # per node x NNODES)) keeps the effective batch of the paper (UPDATE_FREQ overrides it). With more than one
 # process in all, torchrun starts this node's processes and fairseq joins them into one data-parallel group
-# through env:// (fairseq's own options; fairseq_eva/distributed.py says why they must be explicit).
+# through env:// (fairseq's own options; fairseq_eva/fairseq_fixes/distributed.py says why they must be explicit).
 run_training() {
     local config=$1 batch_key=$2 per_device=$3 total=$4; shift 4
     need_cmd fairseq-hydra-train

@@ -1,4 +1,4 @@
-"""`adaptive_loss_fp32_sum` (fairseq_eva/adaptive_loss.py): on a float16 batch whose loss overflows fairseq's
+"""`adaptive_loss_fp32_sum` (fairseq_eva/criterions/adaptive_loss.py): on a float16 batch whose loss overflows fairseq's
 float16 sum, it gives the float32 sum with fairseq's gradients; the language-model configs use it."""
 
 import glob
@@ -17,7 +17,7 @@ from fairseq.modules import AdaptiveSoftmax  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the criterion)
-from fairseq_eva.adaptive_loss import AdaptiveLossFP32Sum  # noqa: E402
+from fairseq_eva.criterions.adaptive_loss import AdaptiveLossFP32Sum  # noqa: E402
 from fairseq_eva.errors import UserError  # noqa: E402
 
 FLOAT16_MAX = torch.finfo(torch.float16).max  # 65504

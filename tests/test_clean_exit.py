@@ -1,4 +1,4 @@
-"""A process that stops while fairseq's prefetching thread is making a batch exits 0 (fairseq_eva/clean_exit.py):
+"""A process that stops while fairseq's prefetching thread is making a batch exits 0 (fairseq_eva/fairseq_fixes/clean_exit.py):
 without the plugin the same script aborts with "terminate called without an active exception"."""
 
 import os

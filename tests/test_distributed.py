@@ -25,9 +25,9 @@ pytest.importorskip("fairseq")
 from fairseq.file_io import PathManager  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
-from fairseq_eva import checkpoint_safety  # noqa: E402
-from fairseq_eva.distributed import check_launch, launch_options  # noqa: E402
 from fairseq_eva.errors import UserError  # noqa: E402
+from fairseq_eva.fairseq_fixes import checkpoint_safety  # noqa: E402
+from fairseq_eva.fairseq_fixes.distributed import check_launch, launch_options  # noqa: E402
 from fairseq_helpers import BIN, USER_DIR, cli_env, json_records, lm_data, translation_data  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -319,7 +319,7 @@ def test_plain_torchrun_is_refused_and_the_suggested_flags_train(data, tmp_path)
     said = [line for line in log.splitlines() if "torchrun started 2 processes" in line]
     assert len(said) == 1 and said[0].startswith("fairseq-train: error: torchrun started 2 processes (WORLD_SIZE=2) "
                                                  "but this one trains in a group of 1"), said
-    assert "fairseq_eva/distributed.py" not in log
+    assert "fairseq_eva/fairseq_fixes/distributed.py" not in log
     assert not (tmp_path / "plain").exists()  # nothing trained, no empty save dir left
     # the fairseq-train flags that the message names make one group of 2
     flags = ["--distributed-world-size", "2", "--distributed-init-method", "env://", "--distributed-rank", "-1",

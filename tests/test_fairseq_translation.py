@@ -144,7 +144,7 @@ def test_bad_option_under_hydra_is_named_as_a_hydra_key(trained, tmp_path):
     assert not list(tmp_path.glob("*.pt"))
 
 
-# the warnings fairseq 0.12 prints with this torch and hydra (fairseq_eva/harmless_warnings.py)
+# the warnings fairseq 0.12 prints with this torch and hydra (fairseq_eva/fairseq_fixes/harmless_warnings.py)
 NOISE = ("Please install tensorboardX", "version_base", "is no longer experimental", "package header",
          "ConfigStore schema", "strict flag", "pin_memory", "torch.cuda.amp", "key_padding_mask",
          "change working directory")

@@ -1,4 +1,4 @@
-"""fairseq_eva/harmless_warnings.py: the warnings that fairseq 0.12 gives with this torch and hydra, raised here by
+"""fairseq_eva/fairseq_fixes/harmless_warnings.py: the warnings that fairseq 0.12 gives with this torch and hydra, raised here by
 their real sources, are silenced by the plugin's filters, and other warnings are not. A real fairseq-train and
 fairseq-hydra-train run with nothing of it on stderr: tests/test_fairseq_translation.py."""
 
@@ -13,7 +13,7 @@ from fairseq import options  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the models)
-from fairseq_eva.harmless_warnings import ignore_harmless_warnings  # noqa: E402
+from fairseq_eva.fairseq_fixes.harmless_warnings import install as ignore_harmless_warnings  # noqa: E402
 
 EXPECTED = ("hydra.experimental.initialize() is no longer experimental", "version_base parameter is not specified",
             "package header '# @package _group_'", "is validated against ConfigStore schema", "strict flag",

@@ -17,7 +17,7 @@ from fairseq_eva.attention.layout import BlockLayout
 from fairseq_eva.attention.reference import reference_eva
 
 triton = pytest.importorskip("triton")
-from fairseq_eva.attention.kernels.triton_kernel import op  # noqa: E402
+from fairseq_eva.attention.kernels.triton import op  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -299,7 +299,7 @@ def test_torch_compile_traces_it_in_one_graph():
 def test_a_fresh_dropout_seed_does_not_compile_a_program_anew():
     """Triton compiles a program again for an integer argument that turns divisible by 16; the layer draws a new
     seed every call, so one call in 16 would stall seconds on compiling (3.4 s a call on an H200 before, 9.7 ms after)."""
-    from fairseq_eva.attention.kernels.triton_kernel import backward, forward, tiles
+    from fairseq_eva.attention.kernels.triton import backward, forward, tiles
 
     programs = {id(fn): fn for module in (forward, backward, tiles) for fn in vars(module).values()
                 if hasattr(fn, "run") and "seed" in getattr(fn, "arg_names", ())}  # compiled or interpreted

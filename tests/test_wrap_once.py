@@ -1,10 +1,10 @@
-"""fairseq_eva.wrap_once: a fairseq function is wrapped once, however often (and under whatever module
+"""fairseq_eva.fairseq_fixes.wrap_once: a fairseq function is wrapped once, however often (and under whatever module
 name) fairseq_eva is imported."""
 
 import functools
 import types
 
-from fairseq_eva.wrap_once import wrap_once
+from fairseq_eva.fairseq_fixes.wrap_once import wrap_once
 
 
 def make_wrap():

@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime.jit import JITFunction
 
-from fairseq_eva.attention.kernels.triton_kernel import op
+from fairseq_eva.attention.kernels.triton import op
 from fairseq_eva.attention.layout import BlockLayout
 
 TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "i8", torch.int32: "i32"}

@@ -14,7 +14,7 @@ from fairseq.models.roberta.model import roberta_prenorm_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
 from omegaconf import OmegaConf
 
-from ..distributed import check_launch
+from ..fairseq_fixes.distributed import check_launch
 from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
 from ..modules.options import ENCODER, check_model_keys, common_defaults
 from ._util import HalfNeedsCUDA, as_namespace
@@ -35,7 +35,7 @@ class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
         hydra = OmegaConf.is_config(args)
         if hydra:
             check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored

@@ -17,7 +17,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..distributed import check_launch
+from ..fairseq_fixes.distributed import check_launch
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
 from ..modules.options import DECODER, ENCODER, check_model_keys, common_defaults, decoder_defaults
 from ._util import HalfNeedsCUDA, as_namespace
@@ -38,7 +38,7 @@ class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
         hydra = OmegaConf.is_config(args)
         if hydra:
             check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored

@@ -26,7 +26,7 @@ from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..distributed import check_launch
+from ..fairseq_fixes.distributed import check_launch
 from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
 from ..modules.options import LM, check_model_keys, common_defaults
 from ._util import HalfNeedsCUDA, as_namespace
@@ -51,7 +51,7 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/distributed.py)
+        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
         hydra = OmegaConf.is_config(args)
         if hydra:
             check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored

@@ -31,6 +31,7 @@ HARMLESS = (
 )
 
 
-def ignore_harmless_warnings():
+def install():
+    """Ignore each harmless warning (idempotent: warnings.filterwarnings drops a duplicate filter)."""
     for category, message in HARMLESS:
         warnings.filterwarnings("ignore", message=message, category=category)

@@ -45,11 +45,8 @@ def _cleaned_up(verify_checkpoint_directory):
     return wrapper
 
 
-def register():
+def install():
     """Wrap fairseq's verify_checkpoint_directory (idempotent)."""
     from fairseq import checkpoint_utils
 
     wrap_once(checkpoint_utils, "verify_checkpoint_directory", _cleaned_up)
-
-
-register()

@@ -14,7 +14,7 @@ from fairseq import utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.adaptive_loss import AdaptiveLoss, AdaptiveLossConfig
 
-from .errors import UserError
+from ..errors import UserError
 
 
 @register_criterion("adaptive_loss_fp32_sum", dataclass=AdaptiveLossConfig)

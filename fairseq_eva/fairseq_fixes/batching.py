@@ -28,11 +28,8 @@ def _keep_last_batch(batch_by_size):
     return wrapper
 
 
-def register():
+def install():
     """Wrap fairseq's batch_by_size (idempotent)."""
     from fairseq.data import data_utils
 
     wrap_once(data_utils, "batch_by_size", _keep_last_batch)
-
-
-register()

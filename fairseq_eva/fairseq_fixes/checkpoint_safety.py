@@ -11,7 +11,7 @@ is refused.
 A file that is not a fairseq checkpoint (or holds such an object) raises `CheckpointError`, which says so
 and names the file, instead of torch's message, which suggests loading with `weights_only=False` (that
 would run whatever code the file holds); an empty file, or one that begins as torch.save's zip archive but
-lacks its end, is called empty or truncated (a full disk, a run killed while writing it). `register` also
+lacks its end, is called empty or truncated (a full disk, a run killed while writing it). `install` also
 makes fairseq's own loader (`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate,
 fairseq-eval-lm, the hub, ...) raise it.
 
@@ -31,7 +31,7 @@ import zipfile
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 from .wrap_once import wrap_once
 
 SAFE_GLOBALS = (argparse.Namespace,)
@@ -114,7 +114,7 @@ def _clear_errors(load_checkpoint_to_cpu):
     return wrapper
 
 
-def register():
+def allow_fairseq_types():
     """Allow the types that fairseq checkpoints need, and clear errors from fairseq's loader (idempotent)."""
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:  # torch < 2.4 has no weights-only default to satisfy
@@ -153,4 +153,9 @@ def make_copies_atomic():
 
 
 _fairseq_copy = None
-register()
+
+
+def install():
+    """Allow fairseq's checkpoint types, clear errors from its loader, atomic checkpoint copies (idempotent)."""
+    allow_fairseq_types()
+    make_copies_atomic()

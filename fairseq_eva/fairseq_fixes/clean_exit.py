@@ -44,7 +44,7 @@ def _drain(batches):
         pass
 
 
-def register():
+def install():
     """Stop the threads at interpreter exit (idempotent)."""
     atexit.unregister(stop_background_loaders)
     atexit.register(stop_background_loaders)

@@ -31,11 +31,8 @@ def _keep_wall_start(load_checkpoint):
     return wrapper
 
 
-def register():
+def install():
     """Wrap fairseq's Trainer.load_checkpoint (idempotent)."""
     from fairseq.trainer import Trainer
 
     wrap_once(Trainer, "load_checkpoint", _keep_wall_start)
-
-
-register()

@@ -25,7 +25,7 @@ import time
 
 import torch.distributed as dist
 
-from .errors import UserError
+from ..errors import UserError
 
 
 class LaunchError(UserError, RuntimeError):
@@ -60,7 +60,7 @@ def check_launch(environ=os.environ, wait=120):
         return
     if environ.get("LOCAL_RANK", "0") != "0":
         # the node's first process says why, and torchrun then stops this one with SIGTERM: exit through
-        # Python's exit handlers (they remove the empty --save-dir, fairseq_eva/save_dir.py)
+        # Python's exit handlers (they remove the empty --save-dir, fairseq_eva/fairseq_fixes/save_dir.py)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
         time.sleep(wait)
         raise SystemExit(1)

@@ -1,0 +1,34 @@
+"""Workarounds for fairseq 0.12 with this torch and hydra, installed by `install()` when the plugin is imported.
+
+Each module fixes one thing, says why in its docstring, and has an idempotent `install()` (fairseq may import a
+--user-dir more than once). To see a bug, run its command without the plugin (no --user-dir, or fairseq's tool
+with `python -c` and no `import fairseq_eva`):
+
+- batching: fairseq 0.12.3 drops the last batch when its size is not a multiple of
+  --required-batch-size-multiple. Without it: fairseq-generate on the demo's 500 test sentences prints 496.
+- checkpoint_safety: torch's weights-only loading refuses fairseq checkpoints (argparse.Namespace), a file that is
+  not a checkpoint gets torch's advice to unpickle anything, and checkpoint_last.pt is a plain, non-atomic copy.
+  Without it: fairseq-generate on a checkpoint of a legacy-configured model stops with torch's `weights_only` message.
+- clean_exit: fairseq's prefetching thread aborts Python at exit. Without it: a run that stops at --max-update
+  early in an epoch ends with "terminate called without an active exception" (SIGABRT) after "done training".
+- distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
+  Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
+- harmless_warnings: hydra 1.3's and torch's deprecation warnings that fairseq 0.12 triggers on every run.
+  Without it: any fairseq-train run prints them.
+- save_dir: a run that fails before training leaves an empty --save-dir that looks like a run.
+  Without it: fairseq-train with a bad option leaves the folder.
+- wall_clock: the log's `wall` reads 0 after a resume from a checkpoint saved within an epoch.
+  Without it: resume from a --save-interval-updates checkpoint and read `wall`.
+
+`distributed` is not installed: the plugin's models call its `check_launch` when they are built.
+"""
+
+from . import batching, checkpoint_safety, clean_exit, harmless_warnings, save_dir, wall_clock
+
+INSTALLED = (batching, checkpoint_safety, clean_exit, harmless_warnings, save_dir, wall_clock)
+
+
+def install():
+    """Install every workaround (idempotent)."""
+    for fix in INSTALLED:
+        fix.install()
