@@ -1,0 +1,143 @@
+"""Every figure of docs/results.md, drawn again from the records under benchmarks/results/ (nothing is rerun).
+
+  python -m benchmarks.figures                 # all of them, into docs/img/
+  python -m benchmarks.figures --only recall   # one of them (names: FIGURES)
+"""
+
+import argparse
+import json
+import os
+
+from benchmarks import common
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+
+def record(*path):
+    return os.path.join(RESULTS, *path)
+
+
+def load(*path):
+    with open(record(*path)) as f:
+        return json.load(f)
+
+
+def curve(*path):
+    with open(record(*path, "curve.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def cpu_speed(path):
+    from benchmarks import speed
+
+    speed.plot(load("speed_c_loop.json")["results"], path)
+
+
+def approximation(path):
+    from benchmarks import approximation as approx
+
+    data = load("approximation.json")
+    approx.plot(data["results"], argparse.Namespace(**data["settings"]), path)
+
+
+def decoding(path):
+    from benchmarks import decoding as dec
+
+    dec.plot(load("decoding.json")["results"], path)
+
+
+def training(path):
+    from benchmarks import training as train
+
+    train.plot(load("training.json")["results"], path)
+
+
+def gpu_speed(path):
+    """Layer time against N at 65,536 tokens a call on an H200: N up to 8192 from the first part of the check,
+    16384 and 32768 from the part that reran them."""
+    rows = [r for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
+            for r in load("gpu", "triton_check", name)["speed_tokens"]["rows"] if "layer_s" in r]
+    fig, axes = common.figure(2, width=5.5)
+    panels = [("bidirectional", ["sdpa", "eva", "eva+rpe+dropout", "projections"]),
+              ("causal", ["sdpa-causal", "eva-causal", "eva-causal+rpe+dropout", "projections"])]
+    for ax, (title, names) in zip(axes, panels):
+        for name in names:
+            points = sorted((r["N"], 1e3 * r["layer_s"]) for r in rows if r["mechanism"] == name)
+            style = "--" if name == "projections" else ("-o" if name.startswith("eva") else "-s")
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, markersize=3, label=name)
+        ax.set(xscale="log", yscale="log", xlabel="sequence length N (batch = 65,536 / N)",
+               ylabel="layer forward + backward (ms)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{title}, bfloat16, d_model 512, 8 heads, NVIDIA H200", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    common.save_figure(fig, path)
+
+
+def causal_lm(path):
+    from benchmarks import lm_tables
+
+    lm_tables.plot(path)
+
+
+def masked_lm(path):
+    from benchmarks import mlm_table
+
+    mlm_table.plot(path)
+
+
+RECALL_ROWS = [  # label, record, row, colour
+    ("exact", "recall_10000_updates", "exact", "tab:blue"),
+    ("exact, seed 2", "recall_by_chunk_size", "exact-seed2", "tab:blue"),
+    ("EVA, chunks of 4", "recall_10000_updates", "eva4", "tab:orange"),
+    ("EVA, chunks of 4, seed 2", "recall_by_chunk_size", "eva4-seed2", "tab:orange"),
+    ("EVA, chunks of 8", "recall_by_chunk_size", "eva8", "tab:red"),
+    ("EVA, chunks of 16", "recall_by_chunk_size", "eva16", "tab:purple"),
+    ("local (window 64)", "recall_7000_updates", "local", "tab:green"),
+]
+
+
+def recall(path):
+    fig, axes = common.figure(1, width=7.0, height=4.5)
+    ax = axes[0]
+    for label, folder, row, colour in RECALL_ROWS:
+        points = curve(folder, row)
+        ax.plot([r["updates"] for r in points], [r["ppl"] for r in points], "--" if "seed 2" in label else "-",
+                color=colour, label=label)
+    ax.set(yscale="log", xlabel="updates (8 blocks of 512)", ylabel="valid perplexity (whole blocks)",
+           title="Recall blocks: the second half repeats the first, beyond the window of 64")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, path)
+
+
+FIGURES = {  # name: (draw, file under docs/img)
+    "cpu_speed": (cpu_speed, "speed_c_loop.png"),
+    "approximation": (approximation, "approximation.png"),
+    "decoding": (decoding, "decoding.png"),
+    "training": (training, "training.png"),
+    "gpu_speed": (gpu_speed, "gpu_h200_layer.png"),
+    "causal_lm": (causal_lm, "causal_lm_two_seeds.png"),
+    "masked_lm": (masked_lm, "mlm_h200_warmup.png"),
+    "recall": (recall, "recall_by_chunk_size.png"),
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.path.join(REPO, "docs", "img"), help="folder for the PNG files")
+    parser.add_argument("--only", nargs="+", choices=sorted(FIGURES), help="draw only these figures")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    for name in args.only or FIGURES:
+        draw, filename = FIGURES[name]
+        draw(os.path.join(args.out, filename))
+        written.append(os.path.join(args.out, filename))
+        print(written[-1])
+    return written
+
+
+if __name__ == "__main__":
+    main()
