@@ -13,7 +13,7 @@ orthogonal random features (bidirectional; mean over seeds). EVA runs in evaluat
 with the identity proposal: sigma is learned in the paper, and an untrained Linear + LayerNorm would be
 a random map, so the parameter-free choice k~_c = mean key, omega_c = mean query + mean key is used.
 
-    python -m benchmarks.approximation          # the run of docs/RESULTS.md (a few minutes: trains the LM once)
+    python -m benchmarks.approximation          # the run of docs/results.md (a few minutes: trains the LM once)
 """
 
 import argparse

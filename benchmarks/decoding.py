@@ -12,7 +12,7 @@ into the chunk summaries and the rest: the current block's q, k, v).
   MultiheadAttention does, O(L) keys (each step copies the cache);
 - softmax-kv: exact attention with a preallocated key/value cache written in place (the faster baseline).
 
-    python -m benchmarks.decoding          # the run of docs/RESULTS.md (about a minute per 8K tokens)
+    python -m benchmarks.decoding          # the run of docs/results.md (about a minute per 8K tokens)
 """
 
 import argparse

@@ -4,7 +4,7 @@
     python -m benchmarks.gpu_check --smoke --out /tmp/smoke   # every part on the CPU at tiny sizes
 
 Six parts, run in this order, each within its own time budget (BUDGETS, about 12 minutes in all on an
-H100 or H200; a lent machine's 10-minute calls take it in two, docs/RESULTS.md says how). A part that
+H100 or H200; where a job may not run that long, --parts splits it: docs/gpu_check.md). A part that
 fails or runs out of time keeps what it measured and the next part runs; gpu_check.json and gpu_check.md
 are written again after every row, so a call that is killed leaves its table so far.
 1. correctness: for each kernel that runs on CUDA (KERNELS), EVA on CUDA against the same module in float64
@@ -17,7 +17,7 @@ are written again after every row, so a call that is killed leaves its table so 
 2. speed_tokens: one layer, forward + backward, bfloat16, d_model 512, 8 heads, 65,536 tokens a call
    (batch 64 x 1024 ... 2 x 32768): flash SDPA, bidirectional EVA (abs(E) 256, C 128), causal SDPA, causal
    EVA (window 128, chunks of 8), the EVA layers plain and with trainable RPE + attention dropout 0.1;
-   time, peak memory, and the attention's achieved TFLOPS (attention_flops); the issue's targets.
+   time, peak memory, and the attention's achieved TFLOPS (attention_flops); the speed targets (TARGETS).
 3. speed_batch1: the same at batch 1, N = 1024 ... 32768.
 4. paper_configs: fairseq-hydra-train --fp16 on the bundled sample, 60 updates of each config of
    PAPER_CONFIGS as users run it; words/s after the first logged interval, EVA against softmax.
@@ -29,7 +29,7 @@ are written again after every row, so a call that is killed leaves its table so 
    without waiting for the GPU) and the GPU's kernel time (torch.profiler); the larger of the last two
    bounds the first. The kernels that take the most time.
 Writes gpu_check.json and gpu_check.md under --out; the binarised sample, the fairseq logs and run folders
-under --work. On a lent GPU machine: docs/RESULTS.md, "GPU check: two calls on a lent GPU", says how.
+under --work. How to run it, also on a machine without network access: docs/gpu_check.md.
 """
 
 import argparse
@@ -53,9 +53,9 @@ from fairseq_eva.attention import EVAAttention
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "data", "sample")
 PARTS = ("correctness", "speed_tokens", "speed_batch1", "paper_configs", "clean_exit", "profile")
-# seconds per part on an H100 / H200, from the H200 runs of docs/RESULTS.md ("GPU check with the Triton
-# kernel": with the Triton kernel's first compiles, correctness needs about 120 s, a speed table about 100 s,
-# a paper config 30 s, or 65 s for EVA's first, which compiles). The whole check is two calls (RESULTS).
+# seconds per part on an H100 / H200, from the H200 runs of docs/results.md ("How fast on a GPU?"; with the Triton
+# kernel's first compiles, correctness needs about 120 s, a speed table about 100 s,
+# a paper config 30 s, or 65 s for EVA's first, which compiles).
 BUDGETS = {"correctness": 130, "speed_tokens": 110, "speed_batch1": 45, "paper_configs": 280, "clean_exit": 100,
            "profile": 60}
 KERNELS = ("triton", "fused", "blockwise")  # the kernels that run on CUDA, the new one first
@@ -90,7 +90,7 @@ PROFILE_LAYERS = {
 # the sample's 8000 words
 PAPER_CONFIGS = [("wikitext103_eva_16l", "lm", "wikitext103_softmax_16l"), ("wmt14_en_de_eva16", "mt", "wmt14_en_de_softmax"),
                  ("mlm_eva_4096", "lm", "mlm_softmax_4096")]
-# the issue's targets for the table: (quantity, mechanism, baseline, N, bound, "min" or "max")
+# the speed targets the table checks: (quantity, mechanism, baseline, N, bound, "min" or "max")
 TARGETS = [
     ("speed-up", "eva", "sdpa", 8192, 5.0, "min"), ("speed-up", "eva", "sdpa", 32768, 15.0, "min"),
     ("speed-up", "eva-causal", "sdpa-causal", 8192, 2.0, "min"), ("speed-up", "eva-causal", "sdpa-causal", 32768, 3.0, "min"),
@@ -354,7 +354,7 @@ def dropout_checks(kernel, device, draws, p=0.1):
 
 
 def attention_flops(mechanism, batch, N, heads=HEADS, head_dim=D_MODEL // HEADS):
-    """FLOPs of the attention alone, forward + backward (the issue's count): per head 14 d N times the keys a
+    """FLOPs of the attention alone, forward + backward (the count the targets use): per head 14 d N times the keys a
     query sees, N for softmax (N / 2 causal), abs(E) + C for EVA, about w / 2 + N / (2 s) for causal EVA."""
     if mechanism.startswith("sdpa"):
         keys = N / 2 if "causal" in mechanism else N
@@ -645,7 +645,7 @@ def versions():
 
 
 def targets(result):
-    """The issue's targets, from the 65,536-token table and the paper configs: value, bound, met."""
+    """The speed targets, from the 65,536-token table and the paper configs: value, bound, met."""
     found = {(s["mechanism"], s["baseline"], s["N"]): s for s in result.get("speed_tokens", {}).get("ratios", [])}
     wps = {r["run"]: r.get("words_per_second", float("nan")) for r in result.get("paper_configs", {}).get("rows", [])}
     out = []
@@ -742,7 +742,7 @@ def summary(result):
                          f"{r['intervals']} | {number(r['first_loss'], '.2f')} | {number(r['last_loss'], '.2f')} | "
                          f"{number(r['words_per_second'], '.0f')} | {r['seconds']:.0f} |")
         lines.append("")
-    lines += ["## Targets (issue 17)", "", "| measure | N | value | target | met |", "|---|---|---|---|---|"]
+    lines += ["## Speed targets", "", "| measure | N | value | target | met |", "|---|---|---|---|---|"]
     for t in targets(result):
         met = "-" if t["met"] is None else ("yes" if t["met"] else "no")
         lines.append(f"| {t['quantity']}: {t['mechanism']} vs {t['baseline']} | {t['N'] or ''} | {number(t['value'], '.2f')} | "

@@ -1,7 +1,7 @@
 """How many tensor operations one forward + backward of a layer dispatches: the host's share of its time.
 
 On a GPU each operation costs the host a few microseconds to dispatch, and most launch a kernel. A layer whose
-kernels are fast is bound by that count (docs/RESULTS.md, "GPU check with the Triton kernel": bidirectional EVA
+kernels are fast is bound by that count (docs/results.md, "How fast on a GPU?": bidirectional EVA
 costs about 5 ms a call at every length). The count needs no GPU, so changes that cut it are measured here:
 every layer of the GPU check's speed tables (benchmarks/gpu_check.py, LAYERS) with the kernel CUDA runs
 (`--kernel triton`, under Triton's interpreter when there is no GPU), and the four projections alone.

@@ -7,7 +7,7 @@ four projections with q + k + v as attention. Peak memory is that of the whole l
 backward. Speed-ups are baseline time / mechanism time (the median of the ratios of each round of the
 interleaving), memory ratios mechanism / baseline, from the same run.
 
-    python -m benchmarks.speed                       # the full run of docs/RESULTS.md (minutes)
+    python -m benchmarks.speed                       # the full run of docs/results.md (minutes)
     python -m benchmarks.speed --lengths 512 1024 --repeats 3
 """
 
@@ -136,7 +136,7 @@ def ratios(rows):
     return out
 
 
-# the issue's targets: (mechanism, baseline, N, quantity, bound, at least / at most)
+# the speed targets: (mechanism, baseline, N, quantity, bound, at least / at most)
 TARGETS = [
     ("eva", "sdpa", 8192, "layer_speedup", 6.0, "min"),
     ("eva", "sdpa", 16384, "layer_speedup", 12.0, "min"),

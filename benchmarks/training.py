@@ -9,7 +9,7 @@ Words are whitespace tokens (a dictionary built from the sample): throughput doe
 tokenizer, only on the batch shapes. A step is forward, backward and an Adam update; EVA and softmax
 steps alternate on the same batches (interleaved), and tokens per second = target tokens / median step.
 
-    python -m benchmarks.training           # the run of docs/RESULTS.md (a few minutes)
+    python -m benchmarks.training           # the run of docs/results.md (a few minutes)
 """
 
 import argparse

@@ -40,7 +40,7 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
   eva         EVA with the paper's setting: lm window 128, chunks of 8 tokens; mlm window 256, C = 128
               chunks; relative position bias inside the window;
   eva-W-N     EVA with window W and, lm: chunks of N tokens, mlm: N chunks (the paper's (|E|, C));
-  eva...-V    an EVA row with a variant V of issue 19's step 4 (eva-nonoise, eva-128-8-linear): nonoise
+  eva...-V    an EVA row with a variant V (eva-nonoise, eva-128-8-linear): nonoise
               (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal),
               logsize (--eva-chunk-logit-offset log(chunk size): each summary's logit as if it stood for
               its chunk's keys);

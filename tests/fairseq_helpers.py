@@ -1,5 +1,5 @@
 """Shared helpers of the fairseq and script tests: running fairseq's command-line tools
-in subprocesses, parsing their logs, preparing subsets of the bundled sample once per session, and
+in subprocesses, parsing their logs, preparing subsets of the bundled sample once per test run, and
 importing scripts/*.py as modules."""
 
 import importlib.util
@@ -71,7 +71,7 @@ def _train_spm(raw_files, model_prefix):
 
 
 def translation_data(tmp_path_factory):
-    """en-de subsets, sentencepiece (joint, 1000 pieces), binarised with a joined dictionary. Once a session."""
+    """en-de subsets, sentencepiece (joint, 1000 pieces), binarised with a joined dictionary. Once per test run."""
     if "mt" in _CACHE:
         return _CACHE["mt"]
     root = tmp_path_factory.mktemp("mt_data")
@@ -96,7 +96,7 @@ def translation_data(tmp_path_factory):
 
 
 def lm_data(tmp_path_factory):
-    """English prose subsets, sentencepiece (1000 pieces), binarised. Once a session."""
+    """English prose subsets, sentencepiece (1000 pieces), binarised. Once per test run."""
     if "lm" in _CACHE:
         return _CACHE["lm"]
     root = tmp_path_factory.mktemp("lm_data")

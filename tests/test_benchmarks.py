@@ -1,5 +1,5 @@
 """Each benchmark runs once at a tiny size, so that it cannot rot: its JSON has the expected fields and its
-plot exists. No timing is asserted (the benchmarks measure, docs/RESULTS.md reports)."""
+plot exists. No timing is asserted (the benchmarks measure, docs/results.md reports)."""
 
 import json
 import math

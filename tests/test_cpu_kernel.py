@@ -2,7 +2,7 @@
 kernel (groups of torch products and PyTorch passes) in float32, dropout masks and all, on every layout and
 at two threads; and a float32 layer on it equals the per-query definition in float64 (docs/design.md,
 "Kernels"). Both kernels are chosen through the public option, EVAAttention(kernel=...) or the registry.
-Then the library's robustness (issue 18): it builds wherever it should, a damaged cached library is rebuilt
+Then the library's robustness: it builds wherever it should, a damaged cached library is rebuilt
 instead of killing the process, a torch without sgemm_ gives one warning, an ILP64 BLAS is refused, and a
 failed allocation raises."""
 
@@ -140,7 +140,7 @@ def test_the_layer_trains_alike_on_both_kernels(options, c_loop):
         torch.testing.assert_close(c, t, atol=2e-5, rtol=1e-4)
 
 
-# ------------------------------------------------------------------ the library (issue 18, items 2 and 3)
+# ------------------------------------------------------------------ the library: where it builds, damaged caches
 
 
 def test_the_c_loop_builds_where_it_should():

@@ -88,8 +88,8 @@ def test_a_layer_that_fails_is_a_row_not_a_lost_table():
     assert gpu_check.ratios(rows) == []
 
 
-def test_attention_flops_are_the_issues_count():
-    """Issue 17: at N = 8192, 8 heads, d = 64, bidirectional EVA's attention is 22.5 GFLOP forward + backward,
+def test_attention_flops_count():
+    """At N = 8192, 8 heads, d = 64, bidirectional EVA's attention is 22.5 GFLOP forward + backward,
     21x fewer than softmax's (abs(E) + C = 384 keys a query against 8192)."""
     eva, sdpa = gpu_check.attention_flops("eva", 1, 8192), gpu_check.attention_flops("sdpa", 1, 8192)
     assert eva == pytest.approx(22.5e9, rel=5e-3) and sdpa / eva == pytest.approx(8192 / 384)
@@ -187,7 +187,7 @@ def test_smoke_run_writes_every_part(tmp_path):
         assert r["intervals"] == s["updates"] and math.isfinite(r["last_loss"]) and r["words_per_second"] > 0, r
     text = (out / "gpu_check.md").read_text()
     for title in ("Correctness against the float64 CPU reference", f"{s['tokens']} tokens a call", "batch 1",
-                  "fairseq-hydra-train", "Clean exit", "Where a layer's time goes", "Targets (issue 17)"):
+                  "fairseq-hydra-train", "Clean exit", "Where a layer's time goes", "Speed targets"):
         assert title in text
     assert proc.stdout.count("[gpu_check]") == len(gpu_check.PARTS)
 

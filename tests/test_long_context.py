@@ -1,4 +1,4 @@
-"""scripts/long_context.py (issue 11's long-context runs at equal CPU time) and the per-layer reference
+"""scripts/long_context.py (long-context runs at equal CPU time) and the per-layer reference
 outputs of scripts/lm_diagnostics.py: argument errors, the rows' commands, the pure helpers, the report,
 and (slow) the whole script end to end on a tiny corpus with a tiny budget."""
 

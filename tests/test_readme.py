@@ -1,12 +1,14 @@
 """The README's examples, read from README.md itself, so that they cannot drift.
 
 The code blocks marked `<!-- runs on the demo data: tests/test_readme.py -->` are
-- parsed by fairseq's own command-line parsers (fast: a misspelt or removed option fails here);
+- parsed by fairseq's own command-line parsers, and the fairseq-hydra-train command's overrides checked
+  against its config and fairseq's config classes (fast: a misspelt or removed option fails here);
 - run as written (slow: about 2.5 CPU minutes, mostly the tools' start-up) in a scratch folder laid out
-  as the repository after `make demo`: `fairseq_eva` (a link to the plugin) and
+  as the repository after `make demo`: `fairseq_eva` and `configs` (links into the repository) and
   `outputs/demo/data-bin/{mt,lm}`, built by the demo's own data-prep scripts from a cut of data/sample
   (fewer training lines, the whole 500-sentence test set). Each shell command must succeed, and what it
-  prints is checked: fairseq-generate translates every test sentence, fairseq-interactive one line, ...
+  prints is checked: fairseq-generate translates every test sentence, fairseq-interactive one line,
+  fairseq-hydra-train trains and saves where its config's save_dir is overridden to, ...
 """
 
 import math
@@ -51,11 +53,33 @@ def test_the_readme_marks_its_examples():
     bash, python = marked_blocks("bash"), marked_blocks("python")
     assert len(bash) == 1 and len(python) == 1
     tools = [command.split(" | ")[-1].split()[0] for command in shell_commands(bash[0])]
-    assert tools == ["fairseq-train", "fairseq-generate", "fairseq-interactive", "fairseq-train", "fairseq-eval-lm"]
+    assert tools == ["fairseq-train", "fairseq-generate", "fairseq-interactive", "fairseq-train", "fairseq-eval-lm",
+                     "fairseq-hydra-train"]
 
 
 PARSERS = {"fairseq-train": "get_training_parser", "fairseq-generate": "get_generation_parser",
            "fairseq-interactive": "get_interactive_generation_parser", "fairseq-eval-lm": "get_eval_lm_parser"}
+
+
+def check_hydra_command(args):
+    """The config exists, and every override is valid hydra syntax and names a key that the config or
+    fairseq's config classes have (the `model.` and `task.` groups are free dicts: the config's keys)."""
+    import dataclasses
+
+    import yaml
+    from fairseq.dataclass.configs import FairseqConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    assert args[:2] == ["--config-dir", "configs"] and args[2] == "--config-name", args
+    config = yaml.safe_load((REPO / "configs" / f"{args[3]}.yaml").read_text(encoding="utf-8"))
+    defaults = FairseqConfig()  # its groups' defaults are the groups' dataclasses
+    for override in OverridesParser.create().parse_overrides(args[4:]):
+        group, key = override.key_or_group.split(".", 1)
+        if group in ("model", "task"):
+            assert key == "_name" or key in config[group], override.key_or_group
+        else:
+            assert key in {f.name for f in dataclasses.fields(getattr(defaults, group))}, override.key_or_group
+    return config
 
 
 def test_readme_commands_parse(monkeypatch):
@@ -64,6 +88,9 @@ def test_readme_commands_parse(monkeypatch):
     monkeypatch.chdir(REPO)  # --user-dir fairseq_eva, as from the repository root
     for command in shell_commands(marked_blocks("bash")[0]):
         tool, *args = shlex.split(command.split(" | ")[-1])
+        if tool == "fairseq-hydra-train":
+            assert check_hydra_command(args)["common"]["user_dir"] == "fairseq_eva"
+            continue
         parsed = options.parse_args_and_arch(getattr(options, PARSERS[tool])(), args)
         assert parsed.user_dir == "fairseq_eva" and parsed.data.startswith("outputs/demo/data-bin/")
         if tool == "fairseq-train":
@@ -75,6 +102,7 @@ def demo_layout(tmp_path_factory):
     """A folder laid out as the repository after `make demo`, with small data made by the demo's recipes."""
     root = tmp_path_factory.mktemp("readme")
     (root / "fairseq_eva").symlink_to(REPO / "fairseq_eva")
+    (root / "configs").symlink_to(REPO / "configs")
     env = {**cli_env(), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
            "PYTHON": sys.executable, "WORKERS": "1",
            # `import fairseq_eva` finds the linked folder, which the checkpoints name as their user dir
@@ -111,7 +139,7 @@ def test_readme_commands_run_as_written(demo_layout):
         proc = run_in(demo_layout, ["bash", "-o", "pipefail", "-c", command])
         out = proc.stdout + proc.stderr
         tool = command.split(" | ")[-1].split()[0]
-        save = re.search(r"--save-dir (\S+)", command)
+        save = re.search(r"(?:--save-dir |checkpoint\.save_dir=)(\S+)", command)
         if tool == "fairseq-train":
             assert (root / save.group(1) / "checkpoint_best.pt").is_file()
             # also a checkpoint every N updates within an epoch (Ctrl-C loses at most N), the latest one kept
@@ -126,6 +154,11 @@ def test_readme_commands_run_as_written(demo_layout):
             hypotheses = re.findall(r"^D-0\t(\S+)\t(.*)$", proc.stdout, flags=re.M)
             assert len(hypotheses) == 1 and float(hypotheses[0][0]) < 0
             assert "@@" not in hypotheses[0][1]  # BPE undone
+        elif tool == "fairseq-hydra-train":  # the override's save dir, the config's log beside it
+            assert (root / save.group(1) / "checkpoint_last.pt").is_file()
+            log = (root / save.group(1) / "hydra_train.log").read_text()
+            updates = int(re.search(r"optimization\.max_update=(\d+)", command).group(1))
+            assert "done training" in log and f'"train_num_updates": "{updates}"' in log, log[-2000:]
         elif tool == "fairseq-eval-lm":
             ppl = re.search(r"Perplexity: (\d+\.\d+)", out)
             assert ppl and 1 < float(ppl.group(1)) < 1e6

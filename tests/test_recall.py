@@ -1,4 +1,4 @@
-"""scripts/recall.py (issue 19's long-range recall diagnostic): the rotated blocks and which of their tokens
+"""scripts/recall.py (the long-range recall diagnostic): the rotated blocks and which of their tokens
 can be copied, argument errors, and the whole script end to end on a tiny corpus, where its perplexity over
 whole blocks must equal fairseq's own validation perplexity of the same checkpoint."""
 
