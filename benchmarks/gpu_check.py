@@ -181,7 +181,7 @@ def refused(error):
 def interpreter_limit(kernel, device, precision):
     """Why a row cannot be checked here, or None: Triton's CPU interpreter (--smoke) computes bfloat16 wrongly
     (a tl.dot of bfloat16 tiles is off by 1e10 in Triton 3.9's), so the Triton kernel's bfloat16 is checked
-    on a GPU only (as in tests/test_triton_kernel.py)."""
+    on a GPU only (as in tests/test_kernel_triton.py)."""
     if kernel == "triton" and torch.device(device).type == "cpu" and "bfloat16" in precision:
         return "Triton's CPU interpreter computes bfloat16 wrongly; checked on a GPU only"
     return None

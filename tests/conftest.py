@@ -16,7 +16,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-# The Triton kernel runs on the CPU under Triton's interpreter (tests/test_triton_kernel.py). Set before triton or
+# The Triton kernel runs on the CPU under Triton's interpreter (tests/test_kernel_triton.py). Set before triton or
 # fairseq_eva is imported: the kernel registers the CPU as a device only then.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -13,7 +13,7 @@ TOL = dict(atol=1e-6, rtol=0)
 
 # every registered kernel but the reference one (the per-query anchor, slow: tests/test_kernels.py checks each
 # of these against it on the kernel contract) and, without a GPU, the Triton one: under Triton's interpreter
-# it runs one program at a time, too slow for every layer test (tests/test_triton_kernel.py checks it, the
+# it runs one program at a time, too slow for every layer test (tests/test_kernel_triton.py checks it, the
 # layer's projections and parameters included)
 INTERPRETED = {"triton"} if not torch.cuda.is_available() else set()
 KERNEL_NAMES = [name for name in KERNELS if name != "reference" and name not in INTERPRETED]

@@ -75,7 +75,7 @@ def dry(script, variant, data, **env):
 def test_update_freq_keeps_the_effective_batch(script, variant, env, update_freq, world, data):
     out, err = dry(script, variant, data, **env)
     cmd = out.splitlines()[-1]
-    # one process: fairseq-hydra-train itself; several: torchrun starts them (tests/test_distributed.py)
+    # one process: fairseq-hydra-train itself; several: torchrun starts them (tests/test_fix_distributed.py)
     assert re.match(r"\+ (torchrun --standalone --nproc-per-node \d+ \S*)?fairseq-hydra-train --config-dir", cmd)
     assert cmd.startswith("+ torchrun") == (world > 1)
     assert f"optimization.update_freq=[{update_freq}]" in cmd
