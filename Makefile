@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (docs/design.md, "Environment")
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup lint test test-slow demo bench clean gpu-check
+.PHONY: setup lint test test-slow demo figures clean gpu-check
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ test-slow: setup
 
 demo: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/demo.sh
+
+# every figure of docs/results.md and the README, drawn again from benchmarks/results/
+figures: setup
+	$(PY) -m benchmarks.figures
 
 clean:
 	rm -rf $(VENV) *.egg-info
