@@ -632,3 +632,17 @@ def test_rpe_table_is_kept_and_trained():
         mod.rpe.bias.weight.add_(1.0)
     assert torch.equal(mod.rpe.table(layout, torch.device("cpu")), first + 1.0)
     assert len(mod.rpe._buckets) == 1
+
+
+def test_padding_layout_is_derived_once_per_mask():
+    """Layers given the same padding mask share its layout; a new mask, or one changed in place, gets its own."""
+    from fairseq_eva.attention.eva import padding_order
+
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, :2] = True
+    first = padding_order(mask)
+    assert padding_order(mask) is first
+    assert first[1].tolist() == [6, 4] and first[0][1].tolist() == [2, 3, 4, 5, 0, 1]
+    mask[0, 0] = True
+    assert padding_order(mask)[1].tolist() == [5, 4]
+    assert padding_order(mask.clone()) is not padding_order(mask)

@@ -69,7 +69,10 @@ def padding(B, length):
 
 def test_translation_attention_dispatches_no_more_than_fairseqs():
     """The translation encoder's self-attention (windows of 8 with overlap, C = 8, RPE, dropout, pads) against
-    fairseq's MultiheadAttention in the same setting."""
+    fairseq's MultiheadAttention in the same setting. count() calls once before counting, as a model's layers
+    after its first do: the layout of the batch's padding mask, which they share, is derived once
+    (layout.tensor_cache). Not yet fairseq's count: the chunks over each row's own tokens (chunks.segmented) take
+    scatters and gathers forward and back."""
     x, mask = torch.randn(N, 2, D, requires_grad=True), padding(2, N)
     torch.manual_seed(0)
     eva = EVAMultiheadAttention(D, H, window_size=8, overlap=True, num_chunks=8, use_rpe=True, dropout=0.1, kernel="triton")
@@ -79,8 +82,7 @@ def test_translation_attention_dispatches_no_more_than_fairseqs():
         return lambda x: module(x, x, x, key_padding_mask=mask)[0]
 
     counts = {name: count(_Call(call(m), m).train(), x)[:2] for name, m in (("eva", eva), ("softmax", softmax))}
-    assert counts["eva"][0] <= 250 and counts["eva"][1] <= 128, counts
-    print(counts)
+    assert counts["eva"][0] <= 218 and counts["eva"][1] <= 107, counts
 
 
 class _Call(torch.nn.Module):

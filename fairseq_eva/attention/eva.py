@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chunks import PROPOSALS, ChunkSummaries
+from .chunks import PROPOSALS, ChunkSummaries, segments
 from .kernels import KERNELS, choose
-from .layout import BlockLayout, additive_mask, visible_causal_chunks
+from .layout import BlockLayout, additive_mask, tensor_cache, visible_causal_chunks
 from .relative_position import RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
@@ -65,6 +65,30 @@ def _fuse_qkv_keys(module, state_dict, prefix, *args):
         keys = [f"{prefix}{p}_proj.{name}" for p in "qkv"]
         if all(key in state_dict for key in keys):
             state_dict[f"{prefix}qkv_proj.{name}"] = torch.cat([state_dict.pop(key) for key in keys])
+
+
+@tensor_cache
+def padding_order(key_padding_mask):
+    """(order, lengths, is_pad) of a B x N padding mask: the permutation that puts each row's real tokens first
+    (B x N), the rows' numbers of real tokens (B, int32), and the pad positions after it (B x N x 1)."""
+    pad = key_padding_mask.to(torch.bool)
+    order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
+    lengths = pad.size(1) - pad.sum(1, dtype=torch.int32)
+    is_pad = torch.arange(pad.size(1), device=pad.device)[None, :, None] >= lengths[:, None, None]
+    return order, lengths, is_pad
+
+
+@tensor_cache
+def chunk_segments(lengths, N, num_chunks, chunk_size):
+    """Chunks over each row's own L = lengths[b] real tokens (the first L of N positions): C = num_chunks chunks
+    of ceil(L / C), or chunks of chunk_size; as chunks.Segments."""
+    if chunk_size:
+        sizes, count = chunk_size, math.ceil(N / chunk_size)
+    else:
+        sizes, count = (lengths[:, None] + num_chunks - 1).div(num_chunks, rounding_mode="floor").clamp_min(1), num_chunks
+    positions = torch.arange(N, device=lengths.device)[None, :]
+    chunk_ids = (positions // sizes).masked_fill(positions >= lengths[:, None], count)
+    return segments(chunk_ids, count)
 
 
 def _attention(layer, q, k, v, lengths):
@@ -251,15 +275,12 @@ class EVAAttention(nn.Module):
         if key_padding_mask is not None:  # taken as it is, pads or none: asking would wait for the device
             if key_padding_mask.shape != (B, N):
                 raise ValueError(f"key_padding_mask must be B x N = {(B, N)}, got {tuple(key_padding_mask.shape)}")
-            pad = key_padding_mask.to(torch.bool)
-            order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
+            order, lengths, is_pad = padding_order(key_padding_mask)
             x = x.gather(1, order.unsqueeze(-1).expand_as(x))
-            lengths = (~pad).sum(1)
         q, k, v = self.project(x)
         y = self._attention()(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
         if lengths is not None:
-            is_pad = torch.arange(N, device=x.device)[None, :] >= lengths[:, None]
-            y = y.masked_fill(is_pad.unsqueeze(-1), 0)
+            y = y.masked_fill(is_pad, 0)
             y = torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand_as(y), y)
         return self.out_proj(y)
 
@@ -325,14 +346,7 @@ class EVAAttention(nn.Module):
             if N % size == 0:
                 return (*self.chunks.uniform(q, k, v, size), None)
             lengths = torch.full((B,), N, device=q.device)
-        if self.chunk_size:
-            sizes, count = torch.full_like(lengths, self.chunk_size), math.ceil(N / self.chunk_size)
-        else:
-            sizes, count = (lengths + self.num_chunks - 1).div(self.num_chunks, rounding_mode="floor"), self.num_chunks
-        positions = torch.arange(N, device=q.device)[None, :]
-        chunk_ids = positions // sizes.clamp_min(1)[:, None]
-        chunk_ids = chunk_ids.masked_fill(positions >= lengths[:, None], count)
-        return self.chunks.segmented(q, k, v, chunk_ids, count)
+        return self.chunks.segmented(q, k, v, chunk_segments(lengths, N, self.num_chunks, self.chunk_size))
 
     def _causal(self, q, k, v):
         """Pads (of the batch and of the last block) come after every real query, which sees none of them: the
