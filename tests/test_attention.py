@@ -646,3 +646,16 @@ def test_padding_layout_is_derived_once_per_mask():
     mask[0, 0] = True
     assert padding_order(mask)[1].tolist() == [5, 4]
     assert padding_order(mask.clone()) is not padding_order(mask)
+
+
+def test_chunk_values_backward_is_autograds():
+    """ChunkValues (beta with its backward written out) against autograd through its formula, float64."""
+    from fairseq_eva.attention.chunks import ChunkValues
+
+    g = torch.Generator().manual_seed(0)
+    omega, k, v = (torch.randn(*shape, generator=g, dtype=F64, requires_grad=True)
+                   for shape in ((2, 3, 4, 5), (2, 3, 4, 6, 5), (2, 3, 4, 6, 5)))
+    assert torch.autograd.gradcheck(lambda *t: ChunkValues.apply(*t, 0.4), (omega, k, v))
+    logits = ((k * omega.unsqueeze(3)).sum(-1) - 0.5 * k.square().sum(-1)) * 0.4
+    expected = (torch.softmax(logits, -1).unsqueeze(-1) * v).sum(3)
+    torch.testing.assert_close(ChunkValues.apply(omega, k, v, 0.4), expected, atol=1e-12, rtol=0)

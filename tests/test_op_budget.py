@@ -20,10 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 D, H, N = 32, 4, 16
 LAYERS = {  # name: (options, the operations and new tensors it may dispatch)
-    "eva": (dict(window_size=8, num_chunks=4, use_rpe=False), (154, 60)),
-    "eva+rpe+dropout": (dict(window_size=8, num_chunks=4, use_rpe=True, dropout=0.1), (161, 64)),
-    "eva-causal": (dict(causal=True, window_size=8, chunk_size=2, use_rpe=False), (154, 60)),
-    "eva-causal+rpe+dropout": (dict(causal=True, window_size=8, chunk_size=2, use_rpe=True, dropout=0.1), (161, 64)),
+    "eva": (dict(window_size=8, num_chunks=4, use_rpe=False), (142, 52)),
+    "eva+rpe+dropout": (dict(window_size=8, num_chunks=4, use_rpe=True, dropout=0.1), (149, 56)),
+    "eva-causal": (dict(causal=True, window_size=8, chunk_size=2, use_rpe=False), (142, 52)),
+    "eva-causal+rpe+dropout": (dict(causal=True, window_size=8, chunk_size=2, use_rpe=True, dropout=0.1), (149, 56)),
 }
 # what a forward + backward may not dispatch on the way a CUDA tensor takes: each waits for the device
 SYNCS = {"item", "_local_scalar_dense", "any", "nonzero", "is_nonzero", "equal"}

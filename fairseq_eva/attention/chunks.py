@@ -31,6 +31,34 @@ def proposal_projection(kind, dim):
     raise ValueError(f"proposal must be one of {', '.join(PROPOSALS)}; got {kind!r}")
 
 
+class ChunkValues(torch.autograd.Function):
+    """beta_c = sum_m softmax_m((omega_c . k_m - |k_m|^2 / 2) scale) v_m over the s positions of each chunk (omega
+    B x H x C x d; k, v B x H x C x s x d), with its backward written out: a third of the operations autograd
+    dispatches for it, on a layer whose time on a GPU is their count. It keeps k, v (views of the projection),
+    omega and the weights (B x H x C x s), as autograd did."""
+
+    @staticmethod
+    def forward(ctx, omega, k, v, scale):
+        kf, om = upcast(k), upcast(omega).unsqueeze(3)
+        logits = torch.sub((kf * om).sum(-1), kf.square().sum(-1), alpha=0.5).mul_(scale)
+        p = torch.softmax(logits, dim=-1)  # B x H x C x s, float32 at least
+        ctx.save_for_backward(omega, k, v, p)
+        ctx.scale = scale
+        return (p.to(v.dtype).unsqueeze(-1) * v).sum(3)
+
+    @staticmethod
+    def backward(ctx, d_beta):
+        omega, k, v, p = ctx.saved_tensors
+        d_beta = d_beta.unsqueeze(3)  # B x H x C x 1 x d
+        dv = p.to(v.dtype).unsqueeze(-1) * d_beta
+        d_logits = torch._softmax_backward_data(upcast((d_beta * v).sum(-1)), p, -1, p.dtype).mul_(ctx.scale)
+        kf, d_logits = upcast(k), d_logits.unsqueeze(-1)
+        # d logit_m / d omega = k_m, d logit_m / d k_m = omega - k_m (times scale, in d_logits)
+        d_omega = (d_logits * kf).sum(3)
+        dk = d_logits * (upcast(omega).unsqueeze(3) - kf)
+        return d_omega.to(omega.dtype), dk.to(k.dtype), dv, None
+
+
 class ChunkSummaries(nn.Module):
     """Computes (k~, beta) for all chunks at once; sigma_q and sigma_k are shared by the heads."""
 
@@ -61,8 +89,7 @@ class ChunkSummaries(nn.Module):
         """
         qc, kc, vc = (t.unflatten(2, (-1, chunk_size)) for t in (q, k, v))  # B x H x C x s x d
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
-        weights = torch.softmax(self._log_weights(omega.unsqueeze(3), kc), dim=-1).to(v.dtype)
-        beta = (weights.unsqueeze(-1) * vc).sum(3)
+        beta = ChunkValues.apply(omega, kc, vc, self.scale)
         return k_summary.to(k.dtype), beta.to(v.dtype)  # (CUDA autocast runs LayerNorm and sum in float32)
 
     def segmented(self, q, k, v, segments):
