@@ -8,12 +8,14 @@ Then causality, incremental decoding, padding, numerics and option checking.
 """
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
-from eva_helpers import KERNEL_NAMES, TOL, fixed_noise, inputs, make
+from eva_helpers import F64, KERNEL_NAMES, TOL, fixed_noise, inputs, make
 
 from fairseq_eva.attention import EVAAttention, relative_position_bucket
+from fairseq_eva.attention.layout import BlockLayout
 from fairseq_eva.attention.reference import merge, qkv, reference_eva
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -575,6 +577,7 @@ def test_without_chunks_training_equals_evaluation(causal):
         (dict(window_size=5, overlap=True, num_chunks=2), "overlap"),
         (dict(causal=True, window_size=8, num_chunks=2), "num_chunks"),
         (dict(window_size=4, dropout=1.5), "dropout"),
+        (dict(window_size=4, compile="max-autotune"), "compile"),
     ],
 )
 def test_bad_options_raise_value_error_naming_the_option(kwargs, option):
@@ -601,3 +604,58 @@ def test_legal_edge_settings_are_accepted(kwargs):
     """Window 0 or C = 0 (not both), causal window 1, odd causal overlap windows are legal and run."""
     mod = make(**kwargs)
     assert torch.isfinite(mod(inputs(1, 7))).all()
+
+
+def test_state_dict_keeps_separate_q_k_v_projections():
+    """A layer saved before q, k and v shared one projection loads and computes what it computed then (the fixture
+    holds that layer's output, pads included); a layer saves its state in that layout (fairseq's names)."""
+    saved = torch.load(Path(__file__).parent / "fixtures" / "eva_attention_separate_qkv.pt")
+    assert {"q_proj.weight", "k_proj.bias"} <= set(saved["state_dict"])
+    mod = EVAAttention(16, 2, window_size=4, overlap=True, num_chunks=2, use_rpe=True, kernel="blockwise").to(F64).eval()
+    mod.load_state_dict(saved["state_dict"])
+    assert torch.equal(mod.q_proj.weight, saved["state_dict"]["q_proj.weight"])
+    with torch.no_grad():
+        torch.testing.assert_close(mod(saved["x"], saved["key_padding_mask"]), saved["y"], **TOL)
+    state = mod.state_dict()
+    assert set(state) == set(saved["state_dict"])
+    assert all(torch.equal(state[key], value) for key, value in saved["state_dict"].items())
+
+
+def test_rpe_table_is_kept_and_trained():
+    """The buckets of a layout are computed once; the table follows the trained values."""
+    mod = make(window_size=4, num_chunks=2, use_rpe=True)
+    layout = BlockLayout.bidirectional(4, False)
+    first = mod.rpe.table(layout, torch.device("cpu"))
+    assert len(mod.rpe._buckets) == 1
+    assert torch.equal(first, mod.rpe(layout.offsets()))
+    with torch.no_grad():
+        mod.rpe.bias.weight.add_(1.0)
+    assert torch.equal(mod.rpe.table(layout, torch.device("cpu")), first + 1.0)
+    assert len(mod.rpe._buckets) == 1
+
+
+def test_padding_layout_is_derived_once_per_mask():
+    """Layers given the same padding mask share its layout; a new mask, or one changed in place, gets its own."""
+    from fairseq_eva.attention.eva import padding_order
+
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, :2] = True
+    first = padding_order(mask)
+    assert padding_order(mask) is first
+    assert first[1].tolist() == [6, 4] and first[0][1].tolist() == [2, 3, 4, 5, 0, 1]
+    mask[0, 0] = True
+    assert padding_order(mask)[1].tolist() == [5, 4]
+    assert padding_order(mask.clone()) is not padding_order(mask)
+
+
+def test_chunk_values_backward_is_autograds():
+    """ChunkValues (beta with its backward written out) against autograd through its formula, float64."""
+    from fairseq_eva.attention.chunks import ChunkValues
+
+    g = torch.Generator().manual_seed(0)
+    omega, k, v = (torch.randn(*shape, generator=g, dtype=F64, requires_grad=True)
+                   for shape in ((2, 3, 4, 5), (2, 3, 4, 6, 5), (2, 3, 4, 6, 5)))
+    assert torch.autograd.gradcheck(lambda *t: ChunkValues.apply(*t, 0.4), (omega, k, v))
+    logits = ((k * omega.unsqueeze(3)).sum(-1) - 0.5 * k.square().sum(-1)) * 0.4
+    expected = (torch.softmax(logits, -1).unsqueeze(-1) * v).sum(3)
+    torch.testing.assert_close(ChunkValues.apply(omega, k, v, 0.4), expected, atol=1e-12, rtol=0)

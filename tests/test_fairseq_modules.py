@@ -446,3 +446,19 @@ def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():
     assert {m.kernel for m in model.modules() if isinstance(m, EVAAttention)} == {"fused"}
     with pytest.raises(SystemExit):
         parse("translation", "transformer_eva_tiny", "--eva-kernel", "flash")
+
+
+def test_eva_compile_reaches_every_eva_self_attention():
+    """--eva-compile (hydra: model.eva_compile) sets each EVA self-attention's compile mode; the default is none
+    (eager); an unknown mode is refused by argparse."""
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    default = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, dictionary=d)
+    assert {m.compile for m in default.modules() if isinstance(m, EVAAttention)} == {"none"}
+    compiled = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, "--eva-compile", "default",
+                     dictionary=d)
+    layers = [m for m in compiled.modules() if isinstance(m, EVAAttention)]
+    assert len(layers) == 4 and {m.compile for m in layers} == {"default"}
+    assert "eva_compile" in known_model_keys(TransformerEVAModel)
+    with pytest.raises(SystemExit):
+        parse("translation", "transformer_eva_tiny", "--eva-compile", "max-autotune")

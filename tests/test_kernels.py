@@ -7,7 +7,7 @@ import pytest
 import torch
 from eva_helpers import F64, KERNEL_NAMES, LAYOUTS, contract_inputs
 
-from fairseq_eva.attention.kernels import KERNELS
+from fairseq_eva.attention.kernels import KERNELS, KernelSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,3 +52,17 @@ def test_each_kernel_equals_the_reference_kernel(kernel, layout, padded):
         torch.testing.assert_close(g.to(F64), e, **tol, msg=lambda m: f"d {name}: {m}")
     if padded:
         assert not seen[2].any() and (y[2] == 0).all()  # queries that see nothing: zeros
+
+
+def test_a_refusal_names_every_reason():
+    """A pinned kernel that cannot run a call says all that stands in the way, not the first thing only."""
+    spec = KernelSpec(name="narrow", run=None, devices=frozenset({"cuda"}), dtypes=frozenset({torch.float16}),
+                      backward=False, dropout=False, bias_grad=False, check=lambda q, **call: "its own check",
+                      unavailable=lambda: "not installed")
+    reason = spec.refusal(torch.empty(1, 1, 1, 1, dtype=F64), needs_grad=True, dropout=0.1, bias_grad=True)
+    assert reason.split("; ") == ["it runs on cuda, not cpu", "it takes float16, not float64",
+                                  "it has no backward (evaluation only)", "it takes no attention dropout",
+                                  "it gives no gradient to a trainable relative position bias", "its own check",
+                                  "not installed"]
+    assert spec.refusal(torch.empty(1, 1, 1, 1, dtype=torch.float16, device="meta"), needs_grad=False, dropout=0.0,
+                        bias_grad=False) == "it runs on cuda, not meta; its own check; not installed"

@@ -7,6 +7,8 @@ For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
 an importance-sampling estimate, with one sample omega_c, of the chunk's share of the softmax output.
 """
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -27,6 +29,34 @@ def proposal_projection(kind, dim):
     if kind == "identity":
         return nn.Identity()
     raise ValueError(f"proposal must be one of {', '.join(PROPOSALS)}; got {kind!r}")
+
+
+class ChunkValues(torch.autograd.Function):
+    """beta_c = sum_m softmax_m((omega_c . k_m - |k_m|^2 / 2) scale) v_m over the s positions of each chunk (omega
+    B x H x C x d; k, v B x H x C x s x d), with its backward written out: a third of the operations autograd
+    dispatches for it, on a layer whose time on a GPU is their count. It keeps k, v (views of the projection),
+    omega and the weights (B x H x C x s), as autograd did."""
+
+    @staticmethod
+    def forward(ctx, omega, k, v, scale):
+        kf, om = upcast(k), upcast(omega).unsqueeze(3)
+        logits = torch.sub((kf * om).sum(-1), kf.square().sum(-1), alpha=0.5).mul_(scale)
+        p = torch.softmax(logits, dim=-1)  # B x H x C x s, float32 at least
+        ctx.save_for_backward(omega, k, v, p)
+        ctx.scale = scale
+        return (p.to(v.dtype).unsqueeze(-1) * v).sum(3)
+
+    @staticmethod
+    def backward(ctx, d_beta):
+        omega, k, v, p = ctx.saved_tensors
+        d_beta = d_beta.unsqueeze(3)  # B x H x C x 1 x d
+        dv = p.to(v.dtype).unsqueeze(-1) * d_beta
+        d_logits = torch._softmax_backward_data(upcast((d_beta * v).sum(-1)), p, -1, p.dtype).mul_(ctx.scale)
+        kf, d_logits = upcast(k), d_logits.unsqueeze(-1)
+        # d logit_m / d omega = k_m, d logit_m / d k_m = omega - k_m (times scale, in d_logits)
+        d_omega = (d_logits * kf).sum(3)
+        dk = d_logits * (upcast(omega).unsqueeze(3) - kf)
+        return d_omega.to(omega.dtype), dk.to(k.dtype), dv, None
 
 
 class ChunkSummaries(nn.Module):
@@ -59,27 +89,23 @@ class ChunkSummaries(nn.Module):
         """
         qc, kc, vc = (t.unflatten(2, (-1, chunk_size)) for t in (q, k, v))  # B x H x C x s x d
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
-        weights = torch.softmax(self._log_weights(omega.unsqueeze(3), kc), dim=-1).to(v.dtype)
-        beta = (weights.unsqueeze(-1) * vc).sum(3)
+        beta = ChunkValues.apply(omega, kc, vc, self.scale)
         return k_summary.to(k.dtype), beta.to(v.dtype)  # (CUDA autocast runs LayerNorm and sum in float32)
 
-    def segmented(self, q, k, v, chunk_ids, num_chunks):
-        """Chunks of any layout: chunk_ids (B x N) gives each position's chunk, num_chunks for pads.
+    def segmented(self, q, k, v, segments):
+        """Chunks of any layout, given as `Segments` (segments(): each position's chunk, the pads in one more).
 
         Returns k~ and beta (B x H x num_chunks x d) and which chunks hold a real token (B x num_chunks).
         """
         B, H, N, d = q.shape
+        chunk_ids, num_chunks = segments.ids, segments.count
         index = chunk_ids[:, None, :, None].expand(B, H, N, d)
 
         def segment_sum(x):  # B x H x N x e -> B x H x num_chunks x e
             out = x.new_zeros(B, H, num_chunks + 1, x.size(-1))
             return out.scatter_add_(2, index[..., : x.size(-1)], x)[:, :, :num_chunks]
 
-        real = chunk_ids < num_chunks  # B x N
-        counts = real.new_zeros(B, num_chunks + 1, dtype=q.dtype)
-        counts = counts.scatter_add_(1, chunk_ids, real.to(q.dtype))[:, :num_chunks]
-        denominator = counts.clamp_min(1)[:, None, :, None]
-        k_summary, omega = self._proposal(segment_sum(q) / denominator, segment_sum(k) / denominator)
+        k_summary, omega = self._proposal(segment_sum(q) / segments.sizes, segment_sum(k) / segments.sizes)
 
         # segment softmax over the positions of each chunk, pads excluded
         omega_at = torch.cat([omega, omega.new_zeros(B, H, 1, d)], dim=2).gather(2, index)
@@ -88,6 +114,26 @@ class ChunkSummaries(nn.Module):
         maxima = logits.new_zeros(B, H, num_chunks + 1).scatter_reduce_(
             2, ids, logits.detach(), reduce="amax", include_self=False
         )
-        weights = torch.exp(logits - maxima.gather(2, ids)).masked_fill(~real[:, None], 0).unsqueeze(-1)
+        weights = torch.exp(logits - maxima.gather(2, ids)).masked_fill(segments.is_pad, 0).unsqueeze(-1)
         beta = segment_sum(weights * upcast(v)) / segment_sum(weights).clamp_min(1e-30)
-        return k_summary.to(k.dtype), beta.to(v.dtype), counts > 0
+        return k_summary.to(k.dtype), beta.to(v.dtype), segments.ok
+
+
+class Segments(NamedTuple):
+    """A layout of chunks for ChunkSummaries.segmented: ids (B x N, each position's chunk, `count` for a pad),
+    count, is_pad (B x 1 x N), sizes (B x 1 x count x 1, each chunk's real tokens, at least 1), ok (B x count,
+    the chunks that hold a real token)."""
+
+    ids: torch.Tensor
+    count: int
+    is_pad: torch.Tensor
+    sizes: torch.Tensor
+    ok: torch.Tensor
+
+
+def segments(chunk_ids, count):
+    """The Segments of chunk ids (B x N, `count` at the pads)."""
+    real = chunk_ids < count
+    sizes = torch.zeros(chunk_ids.size(0), count + 1, dtype=torch.int32, device=chunk_ids.device)
+    sizes = sizes.scatter_add_(1, chunk_ids, real.to(torch.int32))[:, :count]
+    return Segments(chunk_ids, count, ~real[:, None], sizes.clamp_min(1)[:, None, :, None], sizes > 0)

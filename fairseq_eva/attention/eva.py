@@ -14,6 +14,7 @@ summaries only) is plain softmax attention over the summaries, which the layer c
 Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token-major").
 """
 
+import functools
 import math
 from typing import Dict, Optional
 
@@ -21,12 +22,84 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chunks import PROPOSALS, ChunkSummaries
+from .chunks import PROPOSALS, ChunkSummaries, segments
 from .kernels import KERNELS, choose
-from .layout import BlockLayout, additive_mask, visible_causal_chunks
+from .layout import BlockLayout, additive_mask, tensor_cache, visible_causal_chunks
 from .relative_position import RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
+COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's mode for the layer's attention ("none": eager)
+
+
+class QKVPart:
+    """Rows [i D, (i + 1) D) of the fused q/k/v projection as a Linear-like object: `weight`, `bias`, and a call."""
+
+    def __init__(self, qkv_proj, i):
+        self.qkv_proj, self.rows = qkv_proj, slice(i * qkv_proj.in_features, (i + 1) * qkv_proj.in_features)
+
+    @property
+    def weight(self):
+        return self.qkv_proj.weight[self.rows]
+
+    @property
+    def bias(self):
+        return None if self.qkv_proj.bias is None else self.qkv_proj.bias[self.rows]
+
+    def __call__(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+def _split_qkv_keys(module, state_dict, prefix, local_metadata):
+    """Save qkv_proj as q_proj, k_proj, v_proj: fairseq's MultiheadAttention's names and shapes, so that a
+    checkpoint reads as before and softmax and EVA models share their projections' keys."""
+    for name in ("weight", "bias"):
+        fused = state_dict.pop(f"{prefix}qkv_proj.{name}", None)
+        if fused is not None:
+            for p, part in zip("qkv", fused.chunk(3)):
+                state_dict[f"{prefix}{p}_proj.{name}"] = part
+
+
+def _fuse_qkv_keys(module, state_dict, prefix, *args):
+    """Load q_proj, k_proj, v_proj (every checkpoint: see _split_qkv_keys) into the rows of qkv_proj."""
+    for name in ("weight", "bias"):
+        keys = [f"{prefix}{p}_proj.{name}" for p in "qkv"]
+        if all(key in state_dict for key in keys):
+            state_dict[f"{prefix}qkv_proj.{name}"] = torch.cat([state_dict.pop(key) for key in keys])
+
+
+@tensor_cache
+def padding_order(key_padding_mask):
+    """(order, lengths, is_pad) of a B x N padding mask: the permutation that puts each row's real tokens first
+    (B x N), the rows' numbers of real tokens (B, int32), and the pad positions after it (B x N x 1)."""
+    pad = key_padding_mask.to(torch.bool)
+    order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
+    lengths = pad.size(1) - pad.sum(1, dtype=torch.int32)
+    is_pad = torch.arange(pad.size(1), device=pad.device)[None, :, None] >= lengths[:, None, None]
+    return order, lengths, is_pad
+
+
+@tensor_cache
+def chunk_segments(lengths, N, num_chunks, chunk_size):
+    """Chunks over each row's own L = lengths[b] real tokens (the first L of N positions): C = num_chunks chunks
+    of ceil(L / C), or chunks of chunk_size; as chunks.Segments."""
+    if chunk_size:
+        sizes, count = chunk_size, math.ceil(N / chunk_size)
+    else:
+        sizes, count = (lengths[:, None] + num_chunks - 1).div(num_chunks, rounding_mode="floor").clamp_min(1), num_chunks
+    positions = torch.arange(N, device=lengths.device)[None, :]
+    chunk_ids = (positions // sizes).masked_fill(positions >= lengths[:, None], count)
+    return segments(chunk_ids, count)
+
+
+def _attention(layer, q, k, v, lengths):
+    return layer.attention(q, k, v, lengths)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_attention(mode):
+    """EVAAttention.attention under torch.compile(fullgraph=True): one function for all layers, so that layers
+    of one configuration share its graphs."""
+    return torch.compile(_attention, fullgraph=True, mode=mode)
 
 
 def _pad_positions(t, before, after):
@@ -39,7 +112,7 @@ def _pad_positions(t, before, after):
 def check_options(
     embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
     use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
-    chunk_logit_offset=0.0, name=lambda field: field,
+    chunk_logit_offset=0.0, compile="none", name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -67,6 +140,7 @@ def check_options(
          f"it is carried by that bias ({name('use_rpe')} true, {name('window_size')} > 0)")
     need(kernel == "auto" or kernel in KERNELS,
          f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
+    need(compile in COMPILE_MODES, f"{name('compile')} must be one of {', '.join(COMPILE_MODES)}; got {compile!r}")
     window = name("window_size")
     if causal:
         need(window_size >= 1, f"{window} must be at least 1 in causal EVA, got {window_size}")
@@ -94,6 +168,8 @@ class EVAAttention(nn.Module):
     together, so the relative position bias carries it exactly, as a constant -offset added to it: no kernel
     sees it, and every parameter gets the gradient it would get with the offset in the chunk logits.
     kernel: "auto" (the first kernel of kernels.AUTO_ORDER that takes the call), or a registered kernel's name.
+    compile: "none" (eager), or torch.compile's mode ("default", "reduce-overhead") for `attention`, compiled with
+    fullgraph=True; the projections stay eager.
     """
 
     def __init__(
@@ -114,15 +190,17 @@ class EVAAttention(nn.Module):
         kernel="auto",
         omega_noise=True,
         chunk_logit_offset=0.0,
+        compile="none",
     ):
         super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
             rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
-            chunk_logit_offset=chunk_logit_offset,
+            chunk_logit_offset=chunk_logit_offset, compile=compile,
         )
         self.kernel = kernel
+        self.compile = compile
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -132,9 +210,9 @@ class EVAAttention(nn.Module):
         self.overlap = bool(overlap)
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # q, k, v in one product: fewer launches
+        self.register_state_dict_post_hook(_split_qkv_keys)
+        self.register_load_state_dict_pre_hook(_fuse_qkv_keys)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise) if (num_chunks or chunk_size) else None
         self.rpe = None
@@ -145,12 +223,32 @@ class EVAAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # as fairseq's MultiheadAttention
+        # as fairseq's MultiheadAttention, each of q, k, v on its own
         for proj in (self.q_proj, self.k_proj, self.v_proj):
             nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
+
+    @property
+    def q_proj(self):
+        """The query projection: rows of qkv_proj (fairseq's MultiheadAttention has it as a Linear of its own)."""
+        return QKVPart(self.qkv_proj, 0)
+
+    @property
+    def k_proj(self):
+        return QKVPart(self.qkv_proj, 1)
+
+    @property
+    def v_proj(self):
+        return QKVPart(self.qkv_proj, 2)
+
+    def project(self, x):
+        """q, k, v (each B x H x N x d, views of one B x N x 3 x H x d product) of x (B x N x embed_dim)."""
+        B, N, _ = x.shape
+        qkv = self.qkv_proj(x).view(B, N, 3, self.num_heads, self.head_dim)
+        # (unbind's backward then stacks the gradients straight into the product's layout, with no further copy)
+        return tuple(t.transpose(1, 2) for t in qkv.unbind(2))
 
     @property
     def chunk_logit_offset(self):
@@ -174,19 +272,15 @@ class EVAAttention(nn.Module):
             return self._decode(x, key_padding_mask, cache)
         B, N, _ = x.shape
         lengths = order = None
-        if key_padding_mask is not None:
+        if key_padding_mask is not None:  # taken as it is, pads or none: asking would wait for the device
             if key_padding_mask.shape != (B, N):
                 raise ValueError(f"key_padding_mask must be B x N = {(B, N)}, got {tuple(key_padding_mask.shape)}")
-            pad = key_padding_mask.to(torch.bool)
-            if pad.any():
-                order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
-                x = x.gather(1, order.unsqueeze(-1).expand_as(x))
-                lengths = (~pad).sum(1)
-        q, k, v = (self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        y = self.attention(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
+            order, lengths, is_pad = padding_order(key_padding_mask)
+            x = x.gather(1, order.unsqueeze(-1).expand_as(x))
+        q, k, v = self.project(x)
+        y = self._attention()(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
         if lengths is not None:
-            is_pad = torch.arange(N, device=x.device)[None, :] >= lengths[:, None]
-            y = y.masked_fill(is_pad.unsqueeze(-1), 0)
+            y = y.masked_fill(is_pad, 0)
             y = torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand_as(y), y)
         return self.out_proj(y)
 
@@ -194,6 +288,12 @@ class EVAAttention(nn.Module):
         """The layer without its projections: q, k, v and the output are B x H x N x d; lengths (B) are
         the numbers of real tokens, which come first (None: all real)."""
         return self._causal(q, k, v) if self.causal else self._bidirectional(q, k, v, lengths)
+
+    def _attention(self):
+        """self.attention, or its compiled form (the `compile` option)."""
+        if self.compile == "none":
+            return self.attention
+        return functools.partial(compiled_attention(self.compile), self)
 
     def _split_heads(self, x):
         B, N, _ = x.shape
@@ -211,12 +311,13 @@ class EVAAttention(nn.Module):
 
     def _kernel(self, layout, q, k, v, k_summary=None, beta=None, chunk_ok=None, lengths=None):
         """The joint softmax by the kernel `choose` picks for this call (kernels/contract.py)."""
-        rpe = None if self.rpe is None else self.rpe(layout.offsets(q.device))  # H x num_offsets
+        rpe = None if self.rpe is None else self.rpe.table(layout, q.device)  # H x num_offsets
         dropout = self._dropout_p()
         needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, k_summary, beta))
         bias_grad = rpe is not None and rpe.requires_grad
         spec = choose(self.kernel, q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
-        seed = int(torch.randint(2**62, (1,)).item()) if dropout > 0 else 0  # torch.manual_seed replays it
+        # drawn on the device, so the host need not wait for it; torch.manual_seed replays it
+        seed = torch.randint(2**62, (1,), device=q.device) if dropout > 0 else None
         y, _ = spec.run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=chunk_ok, rpe=rpe,
                         lengths=lengths, dropout=dropout, seed=seed, scale=self.scale)
         return y
@@ -245,14 +346,7 @@ class EVAAttention(nn.Module):
             if N % size == 0:
                 return (*self.chunks.uniform(q, k, v, size), None)
             lengths = torch.full((B,), N, device=q.device)
-        if self.chunk_size:
-            sizes, count = torch.full_like(lengths, self.chunk_size), math.ceil(N / self.chunk_size)
-        else:
-            sizes, count = (lengths + self.num_chunks - 1).div(self.num_chunks, rounding_mode="floor"), self.num_chunks
-        positions = torch.arange(N, device=q.device)[None, :]
-        chunk_ids = positions // sizes.clamp_min(1)[:, None]
-        chunk_ids = chunk_ids.masked_fill(positions >= lengths[:, None], count)
-        return self.chunks.segmented(q, k, v, chunk_ids, count)
+        return self.chunks.segmented(q, k, v, chunk_segments(lengths, N, self.num_chunks, self.chunk_size))
 
     def _causal(self, q, k, v):
         """Pads (of the batch and of the last block) come after every real query, which sees none of them: the
@@ -279,10 +373,14 @@ class EVAAttention(nn.Module):
 
     def _step(self, x, cache: Cache):
         """One token. The cache holds the current block's q, k, v, the previous block's k, v (overlap),
-        and k~, beta of every completed chunk: O(w + N / s), not O(N)."""
+        and k~, beta of every completed chunk: O(w + N / s), not O(N).
+
+        The step calls SDPA itself rather than a kernel of the contract: a kernel computes whole blocks of w
+        queries, so one query would cost w of them, and every key the query sees (its local keys, the summaries)
+        is already gathered here, which one SDPA call over them needs and nothing more."""
         B = x.size(0)
         w, s = self.window_size, self.chunk_size
-        q, k, v = (self._split_heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = self.project(x)
         k_block = torch.cat([cache["k_block"], k], dim=2) if "k_block" in cache else k
         v_block = torch.cat([cache["v_block"], v], dim=2) if "v_block" in cache else v
         i = k_block.size(2) - 1  # position of this token in its block

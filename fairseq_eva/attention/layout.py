@@ -6,6 +6,7 @@ and the summaries of the chunks it may see: all of them (bidirectional), or thos
 local keys (causal). docs/design.md, "Blocks and chunks", draws both layouts.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,31 @@ def lowest(dtype):
 def additive_mask(hidden, dtype):
     """Additive mask from a boolean one (True = hidden)."""
     return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill(hidden, lowest(dtype))
+
+
+def tensor_cache(fn):
+    """fn memoised on its last call (as fla's tensor_cache): the same tensors, by identity and unchanged in place,
+    and equal other arguments give the last result. The layers of a model share one padding mask, from which each
+    would otherwise derive the same layout tensors again. Not while compiling (a graph computes them itself)."""
+    last = None
+
+    def same(a, b):
+        if isinstance(a, torch.Tensor):
+            return a is b[0] and a._version == b[1]
+        return type(a) is type(b) and a == b
+
+    @functools.wraps(fn)
+    def cached(*args):
+        nonlocal last
+        if torch.compiler.is_compiling():
+            return fn(*args)
+        if last is not None and len(args) == len(last[0]) and all(same(a, b) for a, b in zip(args, last[0])):
+            return last[1]
+        result = fn(*args)
+        last = ([(a, a._version) if isinstance(a, torch.Tensor) else a for a in args], result)
+        return result
+
+    return cached
 
 
 def visible_causal_chunks(block: int, overlap: bool, chunks_per_block: int) -> int:

@@ -49,11 +49,29 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
         self.bias = nn.Embedding(num_buckets, num_heads)
         self.shift = shift
+        self._buckets = {}  # (num_offsets, first offset, device) -> the bucket of each offset: table()'s cache
         nn.init.normal_(self.bias.weight, std=0.02)
 
-    def forward(self, relative_position):
-        buckets = relative_position_bucket(
-            relative_position, self.bidirectional, self.num_buckets, self.max_distance
-        )
+    def table(self, layout, device):
+        """The kernels' RPE table of a BlockLayout (H x layout.num_offsets): the bias of each of its offsets. The
+        buckets depend only on the layout and device, and are kept (a few layouts); the values are gathered anew."""
+        key = (layout.num_offsets, layout.offset - layout.window, device)
+        buckets = self._buckets.get(key)
+        if buckets is None:
+            buckets = self.bucket(layout.offsets(device))
+            if not torch.compiler.is_compiling():  # (compiled code folds them in as constants)
+                if len(self._buckets) >= 8:
+                    self._buckets.clear()
+                self._buckets[key] = buckets
+        return self.values(buckets)
+
+    def bucket(self, relative_position):
+        return relative_position_bucket(relative_position, self.bidirectional, self.num_buckets, self.max_distance)
+
+    def values(self, buckets):
+        """H x ... biases of the buckets."""
         values = self.bias(buckets) + self.shift if self.shift else self.bias(buckets)  # ... x H
-        return values.movedim(-1, 0)  # H x ...
+        return values.movedim(-1, 0)
+
+    def forward(self, relative_position):
+        return self.values(self.bucket(relative_position))

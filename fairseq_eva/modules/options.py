@@ -25,6 +25,7 @@ from fairseq.utils import safe_getattr
 
 from ..attention import check_options
 from ..attention.chunks import PROPOSALS
+from ..attention.eva import COMPILE_MODES
 from ..attention.kernels import KERNELS
 from ..errors import UserError
 
@@ -97,6 +98,9 @@ _COMMON = (
     ("--eva-kernel", dict(choices=list(KERNEL_CHOICES), metavar="{" + ",".join(KERNEL_CHOICES) + "}", help=(
         "EVA: the kernel of every EVA self-attention: auto (default: the fastest that takes each call on its "
         "device) or one pinned by name (an error where it cannot run a call)"))),
+    ("--eva-compile", dict(choices=list(COMPILE_MODES), metavar="{" + ",".join(COMPILE_MODES) + "}", help=(
+        "EVA: run each EVA self-attention's attention (the projections aside) under torch.compile(fullgraph=True) "
+        "in this mode; none (default): eager. Shapes that change every batch recompile: bucket the lengths"))),
 )
 _DECODER = (
     ("--eva-decoder-window-size", dict(type=int, metavar="INT", help=(
@@ -159,6 +163,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
     args.eva_rpe_max_distance = safe_getattr(args, "eva_rpe_max_distance", 128)
     args.eva_kernel = safe_getattr(args, "eva_kernel", "auto")
+    args.eva_compile = safe_getattr(args, "eva_compile", "none")
 
 
 def decoder_defaults(args, window_size, chunk_size, overlap):
@@ -187,6 +192,7 @@ def _attributes(role):
         "rpe_max_distance": "eva_rpe_max_distance",
         "dropout": "attention_dropout",
         "kernel": "eva_kernel",
+        "compile": "eva_compile",
         "embed_dim": f"{side}_embed_dim",
         "num_heads": f"{side}_attention_heads",
     }
@@ -222,6 +228,7 @@ class EVAOptions:
     rpe_max_distance: int
     dropout: float
     kernel: str
+    compile: str = "none"
 
     @classmethod
     def from_args(cls, args, role, hydra=False):
@@ -238,6 +245,8 @@ class EVAOptions:
                 value = 0.0
             elif field.name == "kernel" and value is None:  # (checkpoints from before the option)
                 value = "auto"
+            elif field.name == "compile" and value is None:  # likewise
+                value = "none"
             elif field.name == "omega_noise" and value is None:  # likewise
                 value = True
             elif field.name == "chunk_logit_offset" and value is None:  # likewise

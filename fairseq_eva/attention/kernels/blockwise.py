@@ -220,6 +220,7 @@ class BlockwiseAttention(torch.autograd.Function):
 def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, implementation=GROUPS):
     """The kernel contract (contract.py) by blocks: the RPE table as the grid every block shares."""
     grid = None if rpe is None else rpe[:, layout.offset_index(q.device)]  # H x w x width
+    seed = 0 if seed is None else int(seed)  # the masks are drawn from a Python int (on CUDA: a wait for the device)
     if lengths is None:
         lengths = torch.full((q.size(0),), q.size(2), device=q.device)
     if k_summary is not None:  # one dtype for the matrix products of the backward (autocast is off there)

@@ -40,7 +40,10 @@ class Kernel(Protocol):
         rpe: Optional[Tensor],  # H x layout.num_offsets: the local bias by relative offset (see layout.offset_index)
         lengths: Optional[Tensor],  # B integers: keys at or after lengths[b] are hidden; None: all N keys are real
         dropout: float,  # attention dropout probability (0 in evaluation)
-        seed: int,  # the dropout seed: the same seed gives the same mask, forward and backward
+        # the dropout seed, a 1-element int64 tensor on q's device (None when dropout is 0; an int is taken too): the
+        # same seed gives the same mask, forward and backward. A CUDA kernel reads it on the device; a CPU kernel may
+        # take int(seed), which costs nothing there
+        seed: Optional[Tensor],
         scale: float,  # the logits' scale, head_dim ** -0.5
     ) -> Tuple[Tensor, Tensor]: ...
 
@@ -65,20 +68,24 @@ class KernelSpec:
 
     def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
                 layout: Optional[BlockLayout] = None) -> Optional[str]:
-        """Why this kernel cannot compute this call, or None when it can (layout None: any layout)."""
+        """Every reason this kernel cannot compute this call, joined by "; ", or None when it can (layout None: any
+        layout): a user who fixes one learns the others at once."""
+        reasons = []
         if q.device.type not in self.devices:
-            return f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}"
+            reasons.append(f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}")
         if q.dtype not in self.dtypes:
             names = ", ".join(sorted(str(t).replace("torch.", "") for t in self.dtypes))
-            return f"it takes {names}, not {str(q.dtype).replace('torch.', '')}"
+            reasons.append(f"it takes {names}, not {str(q.dtype).replace('torch.', '')}")
         if needs_grad and not self.backward:
-            return "it has no backward (evaluation only)"
+            reasons.append("it has no backward (evaluation only)")
         if dropout > 0 and not self.dropout:
-            return "it takes no attention dropout"
+            reasons.append("it takes no attention dropout")
         if bias_grad and not self.bias_grad:
-            return "it gives no gradient to a trainable relative position bias"
-        reason = self.check(q, layout=layout, needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad)
-        return reason if reason is not None else self.unavailable()
+            reasons.append("it gives no gradient to a trainable relative position bias")
+        reasons.append(self.check(q, layout=layout, needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad))
+        reasons.append(self.unavailable())
+        reasons = [reason for reason in reasons if reason is not None]
+        return "; ".join(reasons) if reasons else None
 
 
 KERNELS: Dict[str, KernelSpec] = {}
@@ -117,7 +124,7 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
         if reason is None:
             return KERNELS[candidate]
         tried.append(f"{candidate}: {reason}")
-    raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + "; ".join(tried))
+    raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + " | ".join(tried))
 
 
 def zero_unseen(y: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:

@@ -82,15 +82,16 @@ OPS = {"cpu": CPUOps, "cuda": CUDAOps}
 
 
 def refusal(q, *, dropout, bias_grad):
-    """Why torch's fused kernel on q's device cannot compute this call, or None."""
+    """Why torch's fused kernel on q's device cannot compute this call (every reason, joined by "; "), or None."""
     ops = OPS.get(q.device.type)
     if ops is None or not ops.available(q):
         return f"torch has no fused kernel for {q.dtype} (head dim {q.size(-1)}) on {q.device.type}"
+    reasons = []
     if not ops.trains_bias_and_dropout and dropout > 0:
-        return f"torch's fused {q.device.type.upper()} kernel takes no attention dropout"
+        reasons.append(f"torch's fused {q.device.type.upper()} kernel takes no attention dropout")
     if not ops.trains_bias_and_dropout and bias_grad:
-        return f"torch's fused {q.device.type.upper()} kernel gives no gradient to a trainable relative position bias"
-    return None
+        reasons.append(f"torch's fused {q.device.type.upper()} kernel gives no gradient to a trainable relative position bias")
+    return "; ".join(reasons) or None
 
 
 class FusedCall(torch.autograd.Function):

@@ -39,7 +39,8 @@ def _unavailable():
 
 TRITON = register(KernelSpec(
     name="triton",
-    run=triton_attention,
+    # TODO sync: the Triton op reads the seed on the device
+    run=lambda seed, **c: triton_attention(seed=0 if seed is None else int(seed), **c),
     devices=frozenset({"cuda"} | ({"cpu"} if os.environ.get("TRITON_INTERPRET") == "1" else set())),
     dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}),
     dropout=True,
