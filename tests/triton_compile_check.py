@@ -17,7 +17,8 @@ from triton.runtime.jit import JITFunction
 from fairseq_eva.attention.kernels.triton import op
 from fairseq_eva.attention.layout import BlockLayout
 
-TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "i8", torch.int32: "i32"}
+TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+         torch.int8: "i8", torch.int32: "i32", torch.int64: "i64"}
 LAYOUTS = [  # name, layout, N, C
     ("mlm", BlockLayout.bidirectional(256, False), 512, 128),
     ("mt", BlockLayout.bidirectional(16, True), 64, 8),
@@ -51,8 +52,9 @@ def launches(dtype, layout, N, C):
     ks, beta = (torch.randn(B, H, C, d, dtype=dtype) for _ in range(2))
     rpe, ok, lengths = torch.randn(H, layout.num_offsets), torch.ones(B, C, dtype=torch.bool), torch.tensor([N - 3])
     shape = (layout.window, layout.offset, layout.width, layout.causal, layout.overlap, layout.chunks_per_block)
-    y, lse = op.forward(q, k, v, ks, beta, ok, rpe, lengths, *shape, 0.1, 2**40, d**-0.5)
-    op.backward(y, q, k, v, ks, beta, ok, rpe, lengths, y, lse, *shape, 0.1, 2**40, d**-0.5, True)
+    seed = torch.tensor([2**40])
+    y, lse = op.forward(q, k, v, ks, beta, ok, rpe, lengths, seed, *shape, 0.1, d**-0.5)
+    op.backward(y, q, k, v, ks, beta, ok, rpe, lengths, seed, y, lse, *shape, 0.1, d**-0.5, True)
     return caught
 
 

@@ -12,8 +12,10 @@ Launch grid and what each program does (B rows, H heads, N positions, w the wind
   blocks split round-robin into partial sums that torch adds (no float atomics anywhere);
   the RPE gradient, grid (w / BLOCK_M * width / BLOCK_N, H, splits), only when the table needs one: dS summed
   over rows and blocks for each (query, local column), mapped onto the table's offsets by op.table_gradient.
-Dropout draws tl.rand(seed, (row << 32) + key), row = (b H + h) N + n, key = the local column j or width + c,
-in the forward and again in every backward program: no mask is stored and the tiling does not change it.
+Dropout: the seed is a 1-element int64 tensor the programs load (no host synchronisation). Keys 4 g .. 4 g + 3 of
+query row (b H + h) N + n take the four words of one Philox draw (tl.randint4x) at counter (g, row), key being the
+local column j or width + c; the forward and every backward program draw it again: no mask is stored, and the
+tiling does not change it (tiles.dropout_keep).
 
 Triton is imported only when the kernel runs: this package imports without it. It runs on CUDA, and on the CPU
 under Triton's interpreter (TRITON_INTERPRET=1, for the tests).

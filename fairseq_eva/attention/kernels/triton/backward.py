@@ -41,14 +41,14 @@ def _weights_and_grad(s, seen, lse, delta, dp, keep, p_drop, DROPOUT: tl.constex
     return p_kept, p * (dp - delta)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dq(
-    Q, K, V, KS, BETA, OK, RPE, LENGTHS, Y, DY, LSE, DELTA, DQ,
+    Q, K, V, KS, BETA, OK, RPE, LENGTHS, SEED, Y, DY, LSE, DELTA, DQ,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn, sgb, sgh, sgn,
-    H, N, C, d, seed, p_drop, scale, scale_log2,
+    H, N, C, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
     CHUNKS_PER_BLOCK: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, HAS_OK: tl.constexpr,
-    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DROPOUT: tl.constexpr, ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     TILES: tl.constexpr = (WINDOW + BLOCK_M - 1) // BLOCK_M
     block = tl.program_id(0) // TILES
@@ -56,6 +56,7 @@ def eva_backward_dq(
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     i = first_query + tl.arange(0, BLOCK_M)
     query_ok = i < WINDOW
     n = block * WINDOW + i
@@ -86,7 +87,7 @@ def eva_backward_dq(
         seen = query_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             seen &= m[None, :] <= n[:, None]
-        keep = dropout_keep(seed, row[:, None], j[None, :], p_drop) if DROPOUT else seen
+        keep = dropout_keep(seed, row, start - first_key, p_drop, BLOCK_N, ALIGNED) if DROPOUT else seen
         dp = tl.dot(dy, tl.trans(v), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
@@ -102,7 +103,7 @@ def eva_backward_dq(
         beta = tl.load(BETA + b * sbb + h * sbh + c[:, None] * sbn + dd[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(ks), input_precision="ieee") * scale_log2
         seen = query_ok[:, None] & chunk_ok[None, :]
-        keep = dropout_keep(seed, row[:, None], WIDTH + c[None, :], p_drop) if DROPOUT else seen
+        keep = dropout_keep(seed, row, WIDTH + start, p_drop, BLOCK_N, ALIGNED) if DROPOUT else seen
         dp = tl.dot(dy, tl.trans(beta), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(ks.dtype), ks, input_precision="ieee")
@@ -110,19 +111,20 @@ def eva_backward_dq(
     tl.store(DQ + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dkdv(
-    Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DK, DV,
+    Q, K, V, RPE, LENGTHS, SEED, DY, LSE, DELTA, DK, DV,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
-    H, N, d, seed, p_drop, scale, scale_log2,
+    H, N, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr,
-    NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, DROPOUT: tl.constexpr,
+    NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     first = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     m = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -155,7 +157,10 @@ def eva_backward_dkdv(
             seen = column_ok[:, None] & query_ok[None, :]
             if CAUSAL:
                 seen &= m[:, None] <= n[None, :]
-            keep = dropout_keep(seed, bh.to(tl.int64) * N + n[None, :], j[:, None], p_drop) if DROPOUT else seen
+            keep = seen
+            if DROPOUT:  # drawn queries x keys, as every program draws it
+                keep = tl.trans(dropout_keep(seed, bh.to(tl.int64) * N + n, first - block * WINDOW - OFFSET, p_drop, BLOCK_N,
+                                             ALIGNED))
             dp = tl.dot(v, tl.trans(dy), input_precision="ieee")
             p_kept, ds = _weights_and_grad(s, seen, lse[None, :], delta[None, :], dp, keep, p_drop, DROPOUT)
             dv += tl.dot(p_kept.to(dy.dtype), dy, input_precision="ieee")
@@ -165,13 +170,13 @@ def eva_backward_dkdv(
     tl.store(DV + b * svb + h * svh + m[:, None] * svn + dd[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dsummary(
-    Q, KS, BETA, OK, DY, LSE, DELTA, DKS, DBETA,
+    Q, KS, BETA, OK, SEED, DY, LSE, DELTA, DKS, DBETA,
     sqb, sqh, sqn, ssb, ssh, ssn, sbb, sbh, sbn, sgb, sgh, sgn,
-    B, H, N, C, d, seed, p_drop, scale, scale_log2,
+    B, H, N, C, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
-    CHUNKS_PER_BLOCK: tl.constexpr, HAS_OK: tl.constexpr, DROPOUT: tl.constexpr,
+    CHUNKS_PER_BLOCK: tl.constexpr, HAS_OK: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     first = tl.program_id(0) * BLOCK_N
@@ -180,6 +185,7 @@ def eva_backward_dsummary(
     splits = tl.num_programs(2)
     b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     c = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -206,7 +212,9 @@ def eva_backward_dsummary(
             q, dy, lse, delta = _query_tile(Q, DY, LSE, DELTA, b, h, bh, n, query_ok, dd, d_ok, sqb, sqh, sqn, sgb, sgh, sgn, N)
             s = tl.dot(ks, tl.trans(q), input_precision="ieee") * scale_log2
             seen = seen_chunk[:, None] & query_ok[None, :]
-            keep = dropout_keep(seed, bh.to(tl.int64) * N + n[None, :], WIDTH + c[:, None], p_drop) if DROPOUT else seen
+            keep = seen
+            if DROPOUT:  # drawn queries x summaries, as every program draws it
+                keep = tl.trans(dropout_keep(seed, bh.to(tl.int64) * N + n, WIDTH + first, p_drop, BLOCK_N, ALIGNED))
             dp = tl.dot(beta, tl.trans(dy), input_precision="ieee")
             p_kept, ds = _weights_and_grad(s, seen, lse[None, :], delta[None, :], dp, keep, p_drop, DROPOUT)
             dbeta += tl.dot(p_kept.to(dy.dtype), dy, input_precision="ieee")
@@ -217,13 +225,14 @@ def eva_backward_dsummary(
     tl.store(DBETA + out, dbeta, mask=kv_mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dgrid(
-    Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DGRID,
+    Q, K, V, RPE, LENGTHS, SEED, DY, LSE, DELTA, DGRID,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
-    B, H, N, d, seed, p_drop, scale_log2,
+    B, H, N, d, p_drop, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr,
-    NUM_OFFSETS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_OFFSETS: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     COLUMN_TILES: tl.constexpr = (WIDTH + BLOCK_N - 1) // BLOCK_N
     i = (tl.program_id(0) // COLUMN_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -231,6 +240,7 @@ def eva_backward_dgrid(
     h = tl.program_id(1)
     split = tl.program_id(2)
     splits = tl.num_programs(2)
+    seed = tl.load(SEED)
     query_ok = i < WINDOW
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -253,7 +263,9 @@ def eva_backward_dgrid(
         seen = query_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             seen &= m[None, :] <= n[:, None]
-        keep = dropout_keep(seed, bh.to(tl.int64) * N + n[:, None], j[None, :], p_drop) if DROPOUT else seen
+        keep = seen
+        if DROPOUT:
+            keep = dropout_keep(seed, bh * N + n, (tl.program_id(0) % COLUMN_TILES) * BLOCK_N, p_drop, BLOCK_N, ALIGNED)
         dp = tl.dot(dy, tl.trans(v), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dgrid += ds

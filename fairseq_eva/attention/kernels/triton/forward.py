@@ -25,14 +25,14 @@ def _online_step(s, m_i, l_i):
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_forward(
-    Q, K, V, KS, BETA, OK, RPE, LENGTHS, Y, LSE,
+    Q, K, V, KS, BETA, OK, RPE, LENGTHS, SEED, Y, LSE,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn,
-    H, N, C, d, seed, p_drop, scale_log2,
+    H, N, C, d, p_drop, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
     CHUNKS_PER_BLOCK: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, HAS_OK: tl.constexpr,
-    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DROPOUT: tl.constexpr, ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     TILES: tl.constexpr = (WINDOW + BLOCK_M - 1) // BLOCK_M
     block = tl.program_id(0) // TILES
@@ -49,6 +49,7 @@ def eva_forward(
     rows_mask = query_ok[:, None] & d_ok[None, :]
     q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=rows_mask, other=0.0)
     length = tl.load(LENGTHS + b)
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     rpe = RPE + h * NUM_OFFSETS
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -72,7 +73,7 @@ def eva_forward(
         s = tl.where(seen, s, float("-inf"))
         p, alpha, m_i, l_i = _online_step(s, m_i, l_i)
         if DROPOUT:
-            p = tl.where(dropout_keep(seed, row[:, None], j[None, :], p_drop), p, 0.0)
+            p = tl.where(dropout_keep(seed, row, start - first_key, p_drop, BLOCK_N, ALIGNED), p, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
 
     # chunk summaries: the first `visible` of them, minus those chunk_ok hides
@@ -89,7 +90,7 @@ def eva_forward(
         s = tl.where(query_ok[:, None] & chunk_ok[None, :], s, float("-inf"))
         p, alpha, m_i, l_i = _online_step(s, m_i, l_i)
         if DROPOUT:
-            p = tl.where(dropout_keep(seed, row[:, None], WIDTH + c[None, :], p_drop), p, 0.0)
+            p = tl.where(dropout_keep(seed, row, WIDTH + start, p_drop, BLOCK_N, ALIGNED), p, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(beta.dtype), beta, input_precision="ieee")
 
     seen_any = l_i > 0

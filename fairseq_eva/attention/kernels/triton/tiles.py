@@ -43,15 +43,40 @@ def local_logits(qk, i, j, rpe_ptr, scale_log2, WINDOW: tl.constexpr, NUM_OFFSET
 
 
 @triton.jit
-def dropout_keep(seed, row, key, p):
-    """The keep mask of (query row, key index), row = (b H + h) N + n, key = local column j or width + c:
-    Philox on the counter (key, row), so any tiling draws the same mask."""
-    return tl.rand(seed, (row.to(tl.int64) << 32) + key.to(tl.int64)) >= p
+def _draw(seed, row, group):
+    """One Philox draw at counter (group, row): four 32-bit words, for keys 4 group .. 4 group + 3."""
+    return tl.randint4x(seed, (row.to(tl.int64) << 32) + group.to(tl.int64))
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
-def dropout_mask(OUT, seed, p, KEYS, BLOCK: tl.constexpr):
+@triton.jit
+def dropout_keep_each(seed, row, key, p):
+    """The keep mask of (query row, key index), row = (b H + h) N + n, key = local column j or width + c, element
+    by element: word key % 4 of the draw of group key // 4 (what dropout_keep gives, at one draw a weight)."""
+    r0, r1, r2, r3 = _draw(seed, row, key >> 2)
+    word = key & 3
+    r = tl.where(word == 0, r0, tl.where(word == 1, r1, tl.where(word == 2, r2, r3)))
+    return tl.random.uint_to_uniform_float(r) >= p
+
+
+@triton.jit
+def dropout_keep(seed, row, first_key, p, BLOCK_N: tl.constexpr, ALIGNED: tl.constexpr):
+    """The keep mask of query rows `row` (BLOCK_M) and keys first_key + [0, BLOCK_N): BLOCK_M x BLOCK_N. ALIGNED
+    (first_key and BLOCK_N multiples of 4): one Philox draw per four keys, its four words laid side by side;
+    otherwise element by element. Both give the same mask, so any tiling draws the same one."""
+    if ALIGNED:
+        group = first_key // 4 + tl.arange(0, BLOCK_N // 4)
+        r0, r1, r2, r3 = _draw(seed, row[:, None], group[None, :])
+        r = tl.join(tl.join(r0, r1), tl.join(r2, r3))  # [., g, a, b] = word 2 b + a
+        r = tl.reshape(tl.permute(r, 0, 1, 3, 2), (row.shape[0], BLOCK_N))  # key 4 g + 2 b + a
+        return tl.random.uint_to_uniform_float(r) >= p
+    else:
+        return dropout_keep_each(seed, row[:, None], first_key + tl.arange(0, BLOCK_N)[None, :], p)
+
+
+@triton.jit
+def dropout_mask(OUT, SEED, p, KEYS, BLOCK: tl.constexpr):
     """The keep mask itself, a row of keys per program (for tests that replay the kernel's dropout)."""
     row = tl.program_id(0)
     key = tl.arange(0, BLOCK)
-    tl.store(OUT + row.to(tl.int64) * KEYS + key, dropout_keep(seed, row, key, p).to(tl.int8), mask=key < KEYS)
+    keep = dropout_keep_each(tl.load(SEED), row, key, p)
+    tl.store(OUT + row.to(tl.int64) * KEYS + key, keep.to(tl.int8), mask=key < KEYS)
