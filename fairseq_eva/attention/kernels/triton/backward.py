@@ -15,7 +15,7 @@ deterministic.
 import triton
 import triton.language as tl
 
-from .tiles import LOG2E, dropout_keep, local_keys, local_logits, visible_chunks
+from .tiles import LOG2E, dropout_keep, local_keys, local_logits, local_tile, query_tile, summary_tile, visible_chunks
 
 
 @triton.jit
@@ -50,60 +50,31 @@ def eva_backward_dq(
     CHUNKS_PER_BLOCK: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, HAS_OK: tl.constexpr,
     DROPOUT: tl.constexpr, ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    TILES: tl.constexpr = (WINDOW + BLOCK_M - 1) // BLOCK_M
-    block = tl.program_id(0) // TILES
-    first_query = (tl.program_id(0) % TILES) * BLOCK_M
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
-    h = bh % H
+    block, first_query, bh, b, h, i, query_ok, n, row, dd, d_ok, q = query_tile(Q, sqb, sqh, sqn, H, N, d, WINDOW,
+                                                                              BLOCK_M, BLOCK_D)
     seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
-    i = first_query + tl.arange(0, BLOCK_M)
-    query_ok = i < WINDOW
-    n = block * WINDOW + i
-    row = bh.to(tl.int64) * N + n
-    dd = tl.arange(0, BLOCK_D)
-    d_ok = dd < d
     mask = query_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=mask, other=0.0)
     y = tl.load(Y + b * syb + h * syh + n[:, None] * syn + dd[None, :], mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + b * sgb + h * sgh + n[:, None] * sgn + dd[None, :], mask=mask, other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * N + n, mask=query_ok, other=0.0) * LOG2E
+    lse = tl.load(LSE + row, mask=query_ok, other=0.0) * LOG2E
     delta = tl.sum(y * dy.to(tl.float32), 1)
-    tl.store(DELTA + bh.to(tl.int64) * N + n, delta, mask=query_ok)  # for the programs that run after this one
-    length = tl.load(LENGTHS + b)
-    rpe = RPE + h * NUM_OFFSETS
+    tl.store(DELTA + row, delta, mask=query_ok)  # for the programs that run after this one
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    first_key, lo, hi = local_keys(block, first_query, length, WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
+    first_key, lo, hi = local_keys(block, first_query, tl.load(LENGTHS + b), WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
     for start in range(lo, hi, BLOCK_N):
-        m = start + tl.arange(0, BLOCK_N)
-        key_ok = m < hi
-        kv_mask = key_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b * skb + h * skh + m[:, None] * skn + dd[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + m[:, None] * svn + dd[None, :], mask=kv_mask, other=0.0)
-        j = m - first_key
-        s = local_logits(tl.dot(q, tl.trans(k), input_precision="ieee"), i[:, None], j[None, :], rpe, scale_log2,
-                         WINDOW, NUM_OFFSETS, HAS_RPE)
-        seen = query_ok[:, None] & key_ok[None, :]
-        if CAUSAL:
-            seen &= m[None, :] <= n[:, None]
-        keep = dropout_keep(seed, row, start - first_key, p_drop, BLOCK_N, ALIGNED) if DROPOUT else seen
+        k, v, s, seen, keep = local_tile(q, K + b * skb + h * skh, V + b * svb + h * svh, skn, svn, start, hi, first_key,
+                                         i, query_ok, n, row, dd, d_ok, RPE + h * NUM_OFFSETS, scale_log2, seed, p_drop,
+                                         WINDOW, NUM_OFFSETS, HAS_RPE, CAUSAL, DROPOUT, ALIGNED, BLOCK_N)
         dp = tl.dot(dy, tl.trans(v), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
 
     visible = visible_chunks(block, C, CAUSAL, OVERLAP, CHUNKS_PER_BLOCK)
     for start in range(0, visible, BLOCK_N):
-        c = start + tl.arange(0, BLOCK_N)
-        chunk_ok = c < visible
-        if HAS_OK:
-            chunk_ok &= tl.load(OK + b * C + c, mask=chunk_ok, other=0) != 0
-        kv_mask = chunk_ok[:, None] & d_ok[None, :]
-        ks = tl.load(KS + b * ssb + h * ssh + c[:, None] * ssn + dd[None, :], mask=kv_mask, other=0.0)
-        beta = tl.load(BETA + b * sbb + h * sbh + c[:, None] * sbn + dd[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(ks), input_precision="ieee") * scale_log2
-        seen = query_ok[:, None] & chunk_ok[None, :]
-        keep = dropout_keep(seed, row, WIDTH + start, p_drop, BLOCK_N, ALIGNED) if DROPOUT else seen
+        ks, beta, s, seen, keep = summary_tile(q, KS + b * ssb + h * ssh, BETA + b * sbb + h * sbh, OK + b * C, ssn, sbn,
+                                               start, visible, query_ok, row, dd, d_ok, scale_log2, seed, p_drop,
+                                               WIDTH, HAS_OK, DROPOUT, ALIGNED, BLOCK_N)
         dp = tl.dot(dy, tl.trans(beta), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(ks.dtype), ks, input_precision="ieee")

@@ -32,6 +32,68 @@ def local_keys(block, first_query, length, WINDOW: tl.constexpr, OFFSET: tl.cons
 
 
 @triton.jit
+def query_tile(Q, sqb, sqh, sqn, H, N, d, WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The queries of a program of the forward's grid (program_id 0: block and query tile, 1: batch x head):
+    (block, first_query, bh, b, h, i block-relative, query_ok, n, dropout row, dd, d_ok, q)."""
+    TILES: tl.constexpr = (WINDOW + BLOCK_M - 1) // BLOCK_M
+    block = tl.program_id(0) // TILES
+    first_query = (tl.program_id(0) % TILES) * BLOCK_M
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
+    h = bh % H
+    i = first_query + tl.arange(0, BLOCK_M)
+    query_ok = i < WINDOW
+    n = block * WINDOW + i
+    dd = tl.arange(0, BLOCK_D)
+    d_ok = dd < d
+    q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=query_ok[:, None] & d_ok[None, :], other=0.0)
+    return block, first_query, bh, b, h, i, query_ok, n, bh.to(tl.int64) * N + n, dd, d_ok, q
+
+
+@triton.jit
+def local_tile(q, K, V, skn, svn, start, hi, first_key, i, query_ok, n, row, dd, d_ok, rpe, scale_log2, seed, p_drop,
+               WINDOW: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, CAUSAL: tl.constexpr,
+               DROPOUT: tl.constexpr, ALIGNED: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Local keys [start, start + BLOCK_N) (those before hi) of a query tile, K and V at the row's (b, h):
+    (k, v, base-2 logits, which the queries see, the dropout keep mask)."""
+    m = start + tl.arange(0, BLOCK_N)
+    key_ok = m < hi
+    kv_mask = key_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + m[:, None] * skn + dd[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + m[:, None] * svn + dd[None, :], mask=kv_mask, other=0.0)
+    s = local_logits(tl.dot(q, tl.trans(k), input_precision="ieee"), i[:, None], (m - first_key)[None, :], rpe,
+                     scale_log2, WINDOW, NUM_OFFSETS, HAS_RPE)
+    seen = query_ok[:, None] & key_ok[None, :]
+    if CAUSAL:
+        seen &= m[None, :] <= n[:, None]
+    keep = seen
+    if DROPOUT:
+        keep = dropout_keep(seed, row, start - first_key, p_drop, BLOCK_N, ALIGNED)
+    return k, v, s, seen, keep
+
+
+@triton.jit
+def summary_tile(q, KS, BETA, OK, ssn, sbn, start, visible, query_ok, row, dd, d_ok, scale_log2, seed, p_drop,
+                 WIDTH: tl.constexpr, HAS_OK: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """Summaries [start, start + BLOCK_N) of the first `visible` (minus those the row's OK hides) for a query tile,
+    KS and BETA at the row's (b, h): (k~, beta, base-2 logits, which the queries see, the dropout keep mask)."""
+    c = start + tl.arange(0, BLOCK_N)
+    chunk_ok = c < visible
+    if HAS_OK:
+        chunk_ok &= tl.load(OK + c, mask=chunk_ok, other=0) != 0
+    kv_mask = chunk_ok[:, None] & d_ok[None, :]
+    ks = tl.load(KS + c[:, None] * ssn + dd[None, :], mask=kv_mask, other=0.0)
+    beta = tl.load(BETA + c[:, None] * sbn + dd[None, :], mask=kv_mask, other=0.0)
+    s = tl.dot(q, tl.trans(ks), input_precision="ieee") * scale_log2
+    seen = query_ok[:, None] & chunk_ok[None, :]
+    keep = seen
+    if DROPOUT:
+        keep = dropout_keep(seed, row, WIDTH + start, p_drop, BLOCK_N, ALIGNED)
+    return ks, beta, s, seen, keep
+
+
+@triton.jit
 def local_logits(qk, i, j, rpe_ptr, scale_log2, WINDOW: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr):
     """Base-2 logits of query rows i (block-relative) against local columns j: scale q.k plus rpe[j - i + w - 1].
     i and j are broadcast already (BM x 1 and 1 x BN, or the transpose)."""
