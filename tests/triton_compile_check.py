@@ -3,7 +3,7 @@ interpreter runs, the compiler must accept too. Run without TRITON_INTERPRET:
 
     python tests/triton_compile_check.py 90     (sm_90; prints one line per program)
 
-Each launch of the kernel's launchers (op.forward, op.backward) is caught instead of run and compiled with the
+Each launch of the kernel's launchers (op.forward, op.backward, the summaries' ops) is caught instead of run and compiled with the
 argument types and constexprs it would have had, for the paper's layouts (d = 64) and float32/float16/bfloat16.
 """
 
@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime.jit import JITFunction
 
-from fairseq_eva.attention.kernels.triton import op
+from fairseq_eva.attention.kernels.triton import op, summaries
 from fairseq_eva.attention.layout import BlockLayout
 
 TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -55,6 +55,12 @@ def launches(dtype, layout, N, C):
     seed = torch.tensor([2**40])
     y, lse = op.forward(q, k, v, ks, beta, ok, rpe, lengths, seed, *shape, 0.1, d**-0.5)
     op.backward(y, q, k, v, ks, beta, ok, rpe, lengths, seed, y, lse, *shape, 0.1, d**-0.5, True)
+    # the chunk summaries: right padding and a chunk size a row; omega float32, as sigma's LayerNorm leaves it
+    lengths, sizes, omega = lengths.int(), torch.tensor([N // C], dtype=torch.int32), torch.randn(B, H, C, d)
+    means = summaries.chunk_means_op(q, k, lengths, sizes, 0, C)
+    summaries.chunk_means_backward_op(*means, q, k, lengths, sizes, 0)
+    beta_c, lse_c = summaries.chunk_beta_op(k, v, omega, lengths, sizes, 0, d**-0.5)
+    summaries.chunk_beta_backward_op(beta_c, k, v, omega, beta_c, lse_c, lengths, sizes, 0, d**-0.5)
     return caught
 
 

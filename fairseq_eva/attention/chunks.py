@@ -7,6 +7,8 @@ For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
 an importance-sampling estimate, with one sample omega_c, of the chunk's share of the softmax output.
 """
 
+import functools
+
 import torch
 from torch import nn
 
@@ -27,6 +29,34 @@ def proposal_projection(kind, dim):
     if kind == "identity":
         return nn.Identity()
     raise ValueError(f"proposal must be one of {', '.join(PROPOSALS)}; got {kind!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_summaries():
+    """kernels/triton/summaries.py, or None where Triton is not installed."""
+    try:
+        from .kernels.triton import summaries
+    except ImportError:
+        return None
+    return summaries
+
+
+def _use_triton(q):
+    return q.is_cuda and _triton_summaries() is not None
+
+
+def fused_summaries(module, q, k, v, chunk_size=0, chunk_ids=None, num_chunks=0):
+    """What uniform / segmented return, from the Triton programs for CUDA tensors where Triton is installed (four
+    launches instead of a hundred operations); None elsewhere: the PyTorch path, the CPU kernels'. chunk_ids must
+    be the layer's: chunks of one size a row from position 0, pads after the row's length."""
+    if not _use_triton(q):
+        return None
+    if chunk_ids is None:
+        return _triton_summaries().chunk_summaries(module, q, k, v, chunks=q.size(2) // chunk_size, size=chunk_size)
+    lengths, sizes = (chunk_ids < num_chunks).sum(1), (chunk_ids == 0).sum(1)
+    k_summary, beta = _triton_summaries().chunk_summaries(module, q, k, v, chunks=num_chunks, sizes=sizes, lengths=lengths)
+    chunk_ok = torch.arange(num_chunks, device=q.device) * sizes[:, None] < lengths[:, None]
+    return k_summary, beta, chunk_ok
 
 
 class ChunkSummaries(nn.Module):
@@ -57,6 +87,9 @@ class ChunkSummaries(nn.Module):
 
         Returns k~ and beta, each B x H x (N / chunk_size) x d.
         """
+        fused = fused_summaries(self, q, k, v, chunk_size=chunk_size)
+        if fused is not None:
+            return fused
         qc, kc, vc = (t.unflatten(2, (-1, chunk_size)) for t in (q, k, v))  # B x H x C x s x d
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
         weights = torch.softmax(self._log_weights(omega.unsqueeze(3), kc), dim=-1).to(v.dtype)
@@ -68,6 +101,9 @@ class ChunkSummaries(nn.Module):
 
         Returns k~ and beta (B x H x num_chunks x d) and which chunks hold a real token (B x num_chunks).
         """
+        fused = fused_summaries(self, q, k, v, chunk_ids=chunk_ids, num_chunks=num_chunks)
+        if fused is not None:
+            return fused
         B, H, N, d = q.shape
         index = chunk_ids[:, None, :, None].expand(B, H, N, d)
 
