@@ -325,6 +325,22 @@ def test_the_seed_is_read_on_the_device():
     assert not {"_local_scalar_dense", "item", "nonzero", "any"} & {name.split(".")[0] for name in ops}
 
 
+def test_autotuned_tiles_fit_the_window():
+    """The tuned programs try only query tiles no taller than the window (at least the smallest tl.dot's 16 rows);
+    a window of 256 tries them all."""
+    from fairseq_eva.attention.kernels.triton.backward import eva_backward_dkdv_tuned, eva_backward_dq_tuned
+    from fairseq_eva.attention.kernels.triton.forward import eva_forward_tuned
+    from fairseq_eva.attention.kernels.triton.tiles import fitting_tiles
+
+    for program in (eva_forward_tuned, eva_backward_dq_tuned, eva_backward_dkdv_tuned):
+        assert program.early_config_prune is fitting_tiles
+        assert fitting_tiles(program.configs, {}, WINDOW=256) == program.configs
+        for window in (4, 8, 16, 64):
+            tried = fitting_tiles(program.configs, {}, WINDOW=window)
+            assert tried and all(c.kwargs["BLOCK_M"] <= max(16, window) for c in tried), window
+        assert {"d", "WINDOW", "CAUSAL"} <= set(program.keys)
+
+
 @pytest.mark.slow
 def test_programs_compile_for_sm90_and_sm80():
     """The interpreter accepts more than the GPU compiler (it read a plain global float): compile every program
@@ -335,7 +351,9 @@ def test_programs_compile_for_sm90_and_sm80():
         run = subprocess.run([sys.executable, str(Path(__file__).with_name("triton_compile_check.py")), arch], env=env,
                              capture_output=True, text=True, timeout=1800)
         assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.count(f"sm_{arch} ") == 3 * 3 * 9  # layouts x dtypes x programs (5 attention, 4 summaries)
+        # dtypes x (the forward's, dQ's and dK dV's tuned configs, 3 each for windows 256 and 128, 1 each for
+        # window 16, and 6 other programs a layout: 2 attention backward, 4 summaries)
+        assert run.stdout.count(f"sm_{arch} ") == 3 * (9 + 3 + 9 + 3 * 6)
 
 
 @pytest.mark.parametrize(

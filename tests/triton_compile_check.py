@@ -4,7 +4,8 @@ interpreter runs, the compiler must accept too. Run without TRITON_INTERPRET:
     python tests/triton_compile_check.py 90     (sm_90; prints one line per program)
 
 Each launch of the kernel's launchers (op.forward, op.backward, the summaries' ops) is caught instead of run and compiled with the
-argument types and constexprs it would have had, for the paper's layouts (d = 64) and float32/float16/bfloat16.
+argument types and constexprs it would have had, for the paper's layouts (d = 64) and float32/float16/bfloat16;
+an autotuned program once for each of its configs.
 """
 
 import sys
@@ -12,6 +13,7 @@ import sys
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
 from fairseq_eva.attention.kernels.triton import op, summaries
@@ -47,6 +49,12 @@ def launches(dtype, layout, N, C):
     """The launches of a forward and a backward with every option on (RPE, chunk_ok, lengths, dropout)."""
     caught = []
     JITFunction.run = lambda self, *args, grid, warmup, **kwargs: caught.append((self, args, kwargs))
+
+    def every_config(self, *args, grid, warmup, **kwargs):  # an autotuned program: each config it would try
+        self.nargs = dict(zip(self.arg_names, args))
+        caught.extend((self.fn, args, {**kwargs, **config.all_kwargs()}) for config in self.prune_configs(kwargs))
+
+    Autotuner.run = every_config
     B, H, d = 1, 2, 64
     q, k, v = (torch.randn(B, H, N, d, dtype=dtype) for _ in range(3))
     ks, beta = (torch.randn(B, H, C, d, dtype=dtype) for _ in range(2))
@@ -71,7 +79,8 @@ def main(arch):
                 types, constants, options = signature(fn, args, kwargs)
                 kernel = triton.compile(triton.compiler.ASTSource(fn, types, constants), target=GPUTarget("cuda", arch, 32),
                                         options=options)
-                print(f"sm_{arch} {name} {str(dtype)[6:]} {fn.__name__}: {kernel.metadata.shared} bytes of shared memory")
+                tiles = f" {constants['BLOCK_M']}x{constants['BLOCK_N']}" if "BLOCK_M" in constants else ""
+                print(f"sm_{arch} {name} {str(dtype)[6:]} {fn.__name__}{tiles}: {kernel.metadata.shared} bytes of shared memory")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@ query row (b H + h) N + n take the four words of one Philox draw (tl.randint4x) 
 local column j or width + c; the forward and every backward program draw it again: no mask is stored, and the
 tiling does not change it (tiles.dropout_keep).
 
+Tiles: on a GPU the forward, dQ and dK dV programs are autotuned (tiles.autotuned: BLOCK_M, BLOCK_N, warps and stages a
+head size, window, layout and dtype, cached on disk), the others take op.py's; a call may name its tiles, and the
+interpreter runs the fixed ones. summaries.py holds the chunk summaries' programs (chunks.py uses them on CUDA).
+
 Triton is imported only when the kernel runs: this package imports without it. It runs on CUDA, and on the CPU
 under Triton's interpreter (TRITON_INTERPRET=1, for the tests).
 """

@@ -15,7 +15,7 @@ deterministic.
 import triton
 import triton.language as tl
 
-from .tiles import LOG2E, dropout_keep, local_keys, local_logits, local_tile, query_tile, summary_tile, visible_chunks
+from .tiles import LOG2E, autotuned, dropout_keep, local_keys, local_logits, local_tile, query_tile, summary_tile, visible_chunks
 
 
 @triton.jit
@@ -242,3 +242,9 @@ def eva_backward_dgrid(
         dgrid += ds
     out = (split.to(tl.int64) * H + h) * WINDOW * WIDTH + i[:, None] * WIDTH + j[None, :]  # splits x H x w x width
     tl.store(DGRID + out, dgrid, mask=query_ok[:, None] & (j < WIDTH)[None, :])
+
+
+# the backward programs hold more tiles at once than the forward: 64 x 64 with 4 warps for head size 64 (op.py),
+# 128 rows or keys with 8 warps, and 16 query rows, which fit every window
+eva_backward_dq_tuned = autotuned(eva_backward_dq, [(64, 64, 4, 2), (128, 64, 8, 2), (16, 64, 4, 2)])
+eva_backward_dkdv_tuned = autotuned(eva_backward_dkdv, [(64, 64, 4, 2), (64, 128, 8, 2), (16, 64, 4, 2)])

@@ -11,7 +11,7 @@ normaliser has summed them, so lse is that of the logits before dropout.
 import triton
 import triton.language as tl
 
-from .tiles import LN2, local_keys, local_tile, query_tile, summary_tile, visible_chunks
+from .tiles import LN2, autotuned, local_keys, local_tile, query_tile, summary_tile, visible_chunks
 
 
 @triton.jit
@@ -69,3 +69,8 @@ def eva_forward(
     rows_mask = query_ok[:, None] & d_ok[None, :]
     tl.store(Y + b * syb + h * syh + n[:, None] * syn + dd[None, :], y.to(Y.dtype.element_ty), mask=rows_mask)
     tl.store(LSE + row, lse, mask=query_ok)
+
+
+# FlashAttention-2's Triton forward takes 128 x 64 with 4 warps for head size 64; 64 rows for float32 (whose
+# 128-row tiles may not fit in shared memory) and larger heads; the last fits every window.
+eva_forward_tuned = autotuned(eva_forward, [(128, 64, 4, 3), (64, 64, 4, 3), (16, 64, 4, 2)])

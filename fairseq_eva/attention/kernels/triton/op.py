@@ -1,7 +1,8 @@
 """The Triton kernel as a torch custom op with a fake (for torch.compile) and an autograd formula.
 
 The layout travels as plain ints (window, offset, width, causal, overlap, chunks_per_block) so that the op's
-schema holds nothing but tensors and scalars. block_m / block_n (0: the defaults below) choose the tiling;
+schema holds nothing but tensors and scalars; the dropout seed is a 1-element int64 tensor on q's device.
+block_m / block_n choose the tiling (0: autotuned on a GPU for the forward, dQ and dK dV, the defaults below otherwise);
 they change neither the output nor the dropout mask, which the tests check.
 """
 
@@ -19,6 +20,9 @@ FORWARD_TILE_FP32 = (64, 64)
 BACKWARD_TILE = (64, 64)
 NUM_WARPS = 4
 MIN_DOT = 16
+# on a GPU the forward, dQ and dK dV programs pick their tiles by triton.autotune (forward.py, backward.py) unless a call
+# names them; the interpreter runs the fixed ones
+TUNED = os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def _pow2(x):
@@ -70,7 +74,7 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, window, offs
     """(y, lse): y B x H x N x d in q's dtype (a view of B x N x H x d memory), lse B x H x N float32."""
     import triton
 
-    from .forward import eva_forward
+    from .forward import eva_forward, eva_forward_tuned
     from .tiles import LOG2E
 
     q, k, v, k_summary, beta = (_last_contiguous(t) for t in (q, k, v, k_summary, beta))
@@ -79,17 +83,25 @@ def forward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, window, offs
     y = q.new_empty(B, N, H, d).transpose(1, 2)
     lse = torch.empty(B, H, N, dtype=torch.float32, device=q.device)
     tile = FORWARD_TILE_FP32 if q.dtype == torch.float32 else FORWARD_TILE
-    bm, bn = _tiles(block_m or tile[0], block_n or tile[1], window)
-    grid = (N // window * triton.cdiv(window, bm), B * H)
-    eva_forward[grid](
-        q, k, v, ks, bt, ok, table, _lengths(lengths, B, N, q.device), seed, y, lse,
-        *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y),
-        H, N, C, d, float(dropout), scale * LOG2E.value,
-        WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block,
-        NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0,
-        ALIGNED=_aligned(window, offset, width, bn), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=max(MIN_DOT, _pow2(d)), num_warps=NUM_WARPS,
-    )
+    _launch(eva_forward, eva_forward_tuned, lambda bm, bn: (N // window * triton.cdiv(window, bm), B * H),
+            _tiles(block_m or tile[0], block_n or tile[1], window) if block_m or block_n or not TUNED else None,
+            q, k, v, ks, bt, ok, table, _lengths(lengths, B, N, q.device), seed, y, lse,
+            *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y),
+            H, N, C, d, float(dropout), scale * LOG2E.value,
+            WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap),
+            CHUNKS_PER_BLOCK=chunks_per_block, NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None,
+            HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0, BLOCK_D=max(MIN_DOT, _pow2(d)))
     return y, lse
+
+
+def _launch(program, tuned, grid, tiles, *args, **flags):
+    """program on grid(BLOCK_M, BLOCK_N) with the given tiles, or autotuned (tiles None); ALIGNED from the key tile
+    (every tuned one is a multiple of 16)."""
+    aligned = _aligned(flags["WINDOW"], flags["OFFSET"], flags["WIDTH"], MIN_DOT if tiles is None else tiles[1])
+    if tiles is None:
+        tuned[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **flags, ALIGNED=aligned)
+    else:
+        program[grid(*tiles)](*args, **flags, ALIGNED=aligned, BLOCK_M=tiles[0], BLOCK_N=tiles[1], num_warps=NUM_WARPS)
 
 
 def dropout_keep_mask(rows, keys, dropout, seed, device):
@@ -134,7 +146,14 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, ls
     """(dq, dk, dv, d k~, d beta, d rpe): the last three None where absent (d rpe also when not rpe_grad)."""
     import triton
 
-    from .backward import eva_backward_dgrid, eva_backward_dkdv, eva_backward_dq, eva_backward_dsummary
+    from .backward import (
+        eva_backward_dgrid,
+        eva_backward_dkdv,
+        eva_backward_dkdv_tuned,
+        eva_backward_dq,
+        eva_backward_dq_tuned,
+        eva_backward_dsummary,
+    )
     from .tiles import LOG2E
 
     q, k, v, k_summary, beta, grad, y = (_last_contiguous(t) for t in (q, k, v, k_summary, beta, grad, y))
@@ -149,19 +168,21 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, ls
                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=NUM_WARPS)
     common = (H, N)
     drop = float(dropout)
-    eva_backward_dq[(N // window * triton.cdiv(window, bm), B * H)](
-        q, k, v, ks, bt, ok, table, lengths, seed, y, grad, lse, delta, dq,
-        *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad),
-        *common, C, d, drop, scale, scale * LOG2E.value,
-        OFFSET=offset, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block, NUM_OFFSETS=window + width - 1,
-        HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, **flags,
-    )
-    eva_backward_dkdv[(triton.cdiv(N, bn), B * H)](
-        q, k, v, table, lengths, seed, grad, lse, delta, dk, dv,
-        *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
-        *common, d, drop, scale, scale * LOG2E.value,
-        OFFSET=offset, NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, **flags,
-    )
+    _launch(eva_backward_dq, eva_backward_dq_tuned, lambda bm, bn: (N // window * triton.cdiv(window, bm), B * H),
+            (bm, bn) if block_m or block_n or not TUNED else None,
+            q, k, v, ks, bt, ok, table, lengths, seed, y, grad, lse, delta, dq,
+            *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad),
+            *common, C, d, drop, scale, scale * LOG2E.value,
+            WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block,
+            NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0,
+            BLOCK_D=bd)
+    _launch(eva_backward_dkdv, eva_backward_dkdv_tuned, lambda bm, bn: (triton.cdiv(N, bn), B * H),
+            (bm, bn) if block_m or block_n or not TUNED else None,
+            q, k, v, table, lengths, seed, grad, lse, delta, dk, dv,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
+            *common, d, drop, scale, scale * LOG2E.value,
+            WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, NUM_OFFSETS=window + width - 1,
+            HAS_RPE=rpe is not None, DROPOUT=dropout > 0, BLOCK_D=bd)
     d_summary = d_beta = d_rpe = None
     if C:
         tiles = triton.cdiv(C, bn)
@@ -248,7 +269,8 @@ attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def triton_attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, block_m=0, block_n=0):
-    """The contract (contract.py) on the Triton kernel; block_m, block_n choose the tiling (0: the defaults)."""
+    """The contract (contract.py) on the Triton kernel; block_m, block_n choose the tiling (0: tuned or the defaults).
+    seed: a 1-element int64 tensor on q's device (an int is put there, one copy to the device)."""
     N = q.size(2)
     if N % layout.window:
         raise ValueError(f"the Triton kernel needs the length ({N}) to be a multiple of the window ({layout.window})")

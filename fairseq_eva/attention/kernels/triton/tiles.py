@@ -142,3 +142,18 @@ def dropout_mask(OUT, SEED, p, KEYS, BLOCK: tl.constexpr):
     key = tl.arange(0, BLOCK)
     keep = dropout_keep_each(tl.load(SEED), row, key, p)
     tl.store(OUT + row.to(tl.int64) * KEYS + key, keep.to(tl.int8), mask=key < KEYS)
+
+
+def fitting_tiles(configs, named_args, **kwargs):
+    """The autotune configs worth trying: query tiles no taller than the window (at least 16 rows, the smallest
+    tl.dot), as taller ones compute only masked rows."""
+    tall = max(16, 1 << max(0, kwargs["WINDOW"] - 1).bit_length())
+    return [c for c in configs if c.kwargs["BLOCK_M"] <= tall] or configs[-1:]
+
+
+def autotuned(program, tiles):
+    """program under triton.autotune over tiles (BLOCK_M, BLOCK_N, num_warps, num_stages), keyed by the head size,
+    window and layout (and the inputs' dtypes, which Triton adds), results cached on disk across processes."""
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in tiles]
+    return triton.autotune(configs, key=["d", "WINDOW", "OFFSET", "WIDTH", "CAUSAL", "DROPOUT", "HAS_RPE"],
+                           prune_configs_by={"early_config_prune": fitting_tiles}, cache_results=True)(program)
