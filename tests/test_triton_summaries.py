@@ -101,3 +101,24 @@ def test_custom_ops_fakes_and_autograd():
     torch.library.opcheck(summaries.chunk_means_op, (q, k, lengths, None, 4, 3))
     omega = torch.randn(B, H, 3, D, device=DEVICE, requires_grad=True)
     torch.library.opcheck(summaries.chunk_beta_op, (k, v, omega, lengths, None, 4, D**-0.5))
+
+
+def test_compiles_in_one_graph(monkeypatch):
+    """The layer's path through the summaries under torch.compile(fullgraph=True): the dispatch and the custom ops'
+    fakes trace without a graph break, and the compiled values and gradients are eager's."""
+    module = ChunkSummaries(D).eval()
+    leaves = [t.detach().float().to(DEVICE).requires_grad_() for t in qkv(4)]
+    lengths = torch.tensor([N, 7], device=DEVICE)
+    chunk_ids = (torch.arange(N, device=DEVICE)[None, :] // 3).masked_fill(torch.arange(N, device=DEVICE) >= lengths[:, None], 4)
+    calls = on_triton(monkeypatch)
+
+    def loss(q, k, v):
+        k_summary, beta, _ = module.segmented(q, k, v, chunk_ids, 4)
+        return (k_summary * beta).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    eager, traced = loss(*leaves), compiled(*leaves)
+    assert calls
+    torch.testing.assert_close(traced, eager)
+    for a, b in zip(torch.autograd.grad(traced, leaves), torch.autograd.grad(eager, leaves)):
+        torch.testing.assert_close(a, b)

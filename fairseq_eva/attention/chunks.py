@@ -7,7 +7,7 @@ For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
 an importance-sampling estimate, with one sample omega_c, of the chunk's share of the softmax output.
 """
 
-import functools
+import importlib.util
 
 import torch
 from torch import nn
@@ -31,18 +31,11 @@ def proposal_projection(kind, dim):
     raise ValueError(f"proposal must be one of {', '.join(PROPOSALS)}; got {kind!r}")
 
 
-@functools.lru_cache(maxsize=None)
-def _triton_summaries():
-    """kernels/triton/summaries.py, or None where Triton is not installed."""
-    try:
-        from .kernels.triton import summaries
-    except ImportError:
-        return None
-    return summaries
+TRITON = importlib.util.find_spec("triton") is not None
 
 
 def _use_triton(q):
-    return q.is_cuda and _triton_summaries() is not None
+    return q.is_cuda and TRITON
 
 
 def fused_summaries(module, q, k, v, chunk_size=0, chunk_ids=None, num_chunks=0):
@@ -51,10 +44,12 @@ def fused_summaries(module, q, k, v, chunk_size=0, chunk_ids=None, num_chunks=0)
     be the layer's: chunks of one size a row from position 0, pads after the row's length."""
     if not _use_triton(q):
         return None
+    from .kernels.triton import summaries
+
     if chunk_ids is None:
-        return _triton_summaries().chunk_summaries(module, q, k, v, chunks=q.size(2) // chunk_size, size=chunk_size)
+        return summaries.chunk_summaries(module, q, k, v, chunks=q.size(2) // chunk_size, size=chunk_size)
     lengths, sizes = (chunk_ids < num_chunks).sum(1), (chunk_ids == 0).sum(1)
-    k_summary, beta = _triton_summaries().chunk_summaries(module, q, k, v, chunks=num_chunks, sizes=sizes, lengths=lengths)
+    k_summary, beta = summaries.chunk_summaries(module, q, k, v, chunks=num_chunks, sizes=sizes, lengths=lengths)
     chunk_ok = torch.arange(num_chunks, device=q.device) * sizes[:, None] < lengths[:, None]
     return k_summary, beta, chunk_ok
 
