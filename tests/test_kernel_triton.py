@@ -182,14 +182,15 @@ def test_dropout_forward_and_backward_replay_the_mask(name):
 
 
 def test_dropout_same_seed_same_output_and_tiling_does_not_change_it():
+    """Key tiles of 8 draw Philox once per four keys, tiles of 2 once per key: the same mask, the same output."""
     layout, p = BlockLayout.bidirectional(8, True), 0.3
     inputs, lengths = make_inputs(layout), torch.tensor([N, 12])
     y1, _, leaves1 = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=7, tiles=(8, 8))
-    y2, _, _ = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=7, tiles=(8, 8))
+    y2, _, _ = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=torch.tensor([7], device=DEVICE), tiles=(8, 8))
     assert torch.equal(y1, y2)
     y3, _, _ = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=8, tiles=(8, 8))
     assert not torch.allclose(y1, y3)
-    y4, _, leaves4 = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=7, tiles=(4, 4))
+    y4, _, leaves4 = run_triton(layout, inputs, lengths=lengths, dropout=p, seed=7, tiles=(4, 2))  # a draw a weight
     check(y4, y1.detach())
     grad = torch.randn_like(y1)
     got1, got4 = gradients(y1, leaves1, grad), gradients(y4, leaves4, grad)
@@ -206,14 +207,19 @@ def test_dropout_is_unbiased():
         one["v"][..., 0] = 1
         one["beta"][..., 0] = 1
     inputs = {n: t.detach().expand(copies, *t.shape[1:]).contiguous() if n != "rpe" else t.detach() for n, t in one.items()}
-    kept = op.dropout_keep_mask(16, 512, p, 99, DEVICE).float().mean().item()
-    assert abs(kept - (1 - p)) < 0.03  # 5 standard deviations of 8192 draws
+    keep = op.dropout_keep_mask(16, 512, p, 99, DEVICE).float().cpu()
+    assert abs(keep.mean().item() - (1 - p)) < 0.03  # 5 standard deviations of 8192 draws
+    words = keep.view(16, 128, 4)  # the four words of one Philox draw
+    assert ((words.mean((0, 1)) - (1 - p)).abs() < 0.06).all()  # 5 sd of 2048 draws each
+    for a, b in ((0, 1), (0, 3), (1, 2)):  # words of one draw keep independently: both kept at rate (1 - p)^2
+        assert abs((words[..., a] * words[..., b]).mean().item() - (1 - p) ** 2) < 0.05
     y0, _ = reference_attention(layout=layout, **one, chunk_ok=None, lengths=None, dropout=0.0, seed=0, scale=D**-0.5)
     y, _, _ = run_triton(layout, inputs, dropout=p, seed=99)
     y = y.detach().double().cpu()
     error = (y.mean(0) - y0[0]).abs()
     assert (error <= 5 * y.std(0) / copies**0.5 + 1e-6).all()
-    assert abs(y[..., 0].mean().item() - 1) < 0.05
+    kept_sum = y[..., 0].flatten()  # 64 x 8 independent draws
+    assert abs(kept_sum.mean().item() - 1) < 5 * kept_sum.std().item() / kept_sum.numel() ** 0.5
 
 
 def test_registered_with_what_it_accepts(monkeypatch):
@@ -269,12 +275,13 @@ def test_custom_op_fake_and_autograd_registration():
          for n, t in inputs.items() if n != "rpe"}
     x["rpe"] = inputs["rpe"].detach().float().to(DEVICE).t().contiguous().t().requires_grad_()
     lengths = torch.tensor([7], dtype=torch.int32, device=DEVICE)
-    args = (x["q"], x["k"], x["v"], x["k_summary"], x["beta"], None, x["rpe"], lengths, layout.window, layout.offset,
-            layout.width, layout.causal, layout.overlap, layout.chunks_per_block, 0.2, 5, D**-0.5, 4, 4)
+    seed = torch.tensor([5], device=DEVICE)
+    args = (x["q"], x["k"], x["v"], x["k_summary"], x["beta"], None, x["rpe"], lengths, seed, layout.window, layout.offset,
+            layout.width, layout.causal, layout.overlap, layout.chunks_per_block, 0.2, D**-0.5, 4, 4)
     torch.library.opcheck(op.attention_op, args)
     y, lse = op.attention_op(*args)
     plain = [t.detach() if isinstance(t, torch.Tensor) else t for t in args]
-    backward_args = (torch.randn_like(y), *plain[:8], y.detach(), lse, *plain[8:-2], True, 4, 4)
+    backward_args = (torch.randn_like(y), *plain[:9], y.detach(), lse, *plain[9:-2], True, 4, 4)
     torch.library.opcheck(op.attention_backward_op, backward_args, test_utils=("test_schema", "test_faketensor"))  # no autograd
 
 
@@ -296,18 +303,42 @@ def test_torch_compile_traces_it_in_one_graph():
         torch.testing.assert_close(a, b)
 
 
-def test_a_fresh_dropout_seed_does_not_compile_a_program_anew():
-    """Triton compiles a program again for an integer argument that turns divisible by 16; the layer draws a new
-    seed every call, so one call in 16 would stall seconds on compiling (3.4 s a call on an H200 before, 9.7 ms after)."""
-    from fairseq_eva.attention.kernels.triton import backward, forward, tiles
+def test_the_seed_is_read_on_the_device():
+    """The seed is a tensor the programs load: the op's forward and backward read nothing back to the host (a
+    seed passed as an int cost a synchronisation a call, and as an integer argument a recompile every 16 seeds)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    programs = {id(fn): fn for module in (forward, backward, tiles) for fn in vars(module).values()
-                if hasattr(fn, "run") and "seed" in getattr(fn, "arg_names", ())}  # compiled or interpreted
-    launched = [fn for fn in programs.values() if fn.fn.__name__ != "dropout_keep"]  # that one is inlined into them
-    assert len(launched) == 6
-    for fn in launched:  # the interpreter keeps triton.jit's arguments as they were given
-        declared = fn.kwargs["do_not_specialize"] if hasattr(fn, "kwargs") else fn.do_not_specialize
-        assert "seed" in (declared or ()), fn.fn.__name__
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    layout, ops = LAYOUTS["causal_overlap"], []
+    x = {n: t.detach().float().to(DEVICE) for n, t in make_inputs(layout, batch=1, length=8, chunks=2).items()}
+    shape = (layout.window, layout.offset, layout.width, layout.causal, layout.overlap, layout.chunks_per_block)
+    lengths, seed = torch.tensor([7], dtype=torch.int32, device=DEVICE), torch.tensor([11], device=DEVICE)
+    inputs = (x["q"], x["k"], x["v"], x["k_summary"], x["beta"], None, x["rpe"], lengths, seed)
+    with Record():
+        y, lse = op.forward(*inputs, *shape, 0.3, D**-0.5)
+        op.backward(y, *inputs, y, lse, *shape, 0.3, D**-0.5, True)
+    assert "sum.dim_IntList" in ops  # the recorder sees the op's torch calls
+    assert not {"_local_scalar_dense", "item", "nonzero", "any"} & {name.split(".")[0] for name in ops}
+
+
+def test_autotuned_tiles_fit_the_window():
+    """The tuned programs try only query tiles no taller than the window (at least the smallest tl.dot's 16 rows);
+    a window of 256 tries them all."""
+    from fairseq_eva.attention.kernels.triton.backward import eva_backward_dkdv_tuned, eva_backward_dq_tuned
+    from fairseq_eva.attention.kernels.triton.forward import eva_forward_tuned
+    from fairseq_eva.attention.kernels.triton.tiles import fitting_tiles
+
+    for program in (eva_forward_tuned, eva_backward_dq_tuned, eva_backward_dkdv_tuned):
+        assert program.early_config_prune is fitting_tiles
+        assert fitting_tiles(program.configs, {}, WINDOW=256) == program.configs
+        for window in (4, 8, 16, 64):
+            tried = fitting_tiles(program.configs, {}, WINDOW=window)
+            assert tried and all(c.kwargs["BLOCK_M"] <= max(16, window) for c in tried), window
+        assert {"d", "WINDOW", "CAUSAL"} <= set(program.keys)
 
 
 @pytest.mark.slow
@@ -320,7 +351,9 @@ def test_programs_compile_for_sm90_and_sm80():
         run = subprocess.run([sys.executable, str(Path(__file__).with_name("triton_compile_check.py")), arch], env=env,
                              capture_output=True, text=True, timeout=1800)
         assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.count(f"sm_{arch} ") == 3 * 3 * 5  # layouts x dtypes x programs
+        # dtypes x (the forward's, dQ's and dK dV's tuned configs, 3 each for windows 256 and 128, 1 each for
+        # window 16, and 6 other programs a layout: 2 attention backward, 4 summaries)
+        assert run.stdout.count(f"sm_{arch} ") == 3 * (9 + 3 + 9 + 3 * 6)
 
 
 @pytest.mark.parametrize(

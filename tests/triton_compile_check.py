@@ -3,8 +3,9 @@ interpreter runs, the compiler must accept too. Run without TRITON_INTERPRET:
 
     python tests/triton_compile_check.py 90     (sm_90; prints one line per program)
 
-Each launch of the kernel's launchers (op.forward, op.backward) is caught instead of run and compiled with the
-argument types and constexprs it would have had, for the paper's layouts (d = 64) and float32/float16/bfloat16.
+Each launch of the kernel's launchers (op.forward, op.backward, the summaries' ops) is caught instead of run and compiled with the
+argument types and constexprs it would have had, for the paper's layouts (d = 64) and float32/float16/bfloat16;
+an autotuned program once for each of its configs.
 """
 
 import sys
@@ -12,12 +13,14 @@ import sys
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
-from fairseq_eva.attention.kernels.triton import op
+from fairseq_eva.attention.kernels.triton import op, summaries
 from fairseq_eva.attention.layout import BlockLayout
 
-TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "i8", torch.int32: "i32"}
+TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+         torch.int8: "i8", torch.int32: "i32", torch.int64: "i64"}
 LAYOUTS = [  # name, layout, N, C
     ("mlm", BlockLayout.bidirectional(256, False), 512, 128),
     ("mt", BlockLayout.bidirectional(16, True), 64, 8),
@@ -46,13 +49,26 @@ def launches(dtype, layout, N, C):
     """The launches of a forward and a backward with every option on (RPE, chunk_ok, lengths, dropout)."""
     caught = []
     JITFunction.run = lambda self, *args, grid, warmup, **kwargs: caught.append((self, args, kwargs))
+
+    def every_config(self, *args, grid, warmup, **kwargs):  # an autotuned program: each config it would try
+        self.nargs = dict(zip(self.arg_names, args))
+        caught.extend((self.fn, args, {**kwargs, **config.all_kwargs()}) for config in self.prune_configs(kwargs))
+
+    Autotuner.run = every_config
     B, H, d = 1, 2, 64
     q, k, v = (torch.randn(B, H, N, d, dtype=dtype) for _ in range(3))
     ks, beta = (torch.randn(B, H, C, d, dtype=dtype) for _ in range(2))
     rpe, ok, lengths = torch.randn(H, layout.num_offsets), torch.ones(B, C, dtype=torch.bool), torch.tensor([N - 3])
     shape = (layout.window, layout.offset, layout.width, layout.causal, layout.overlap, layout.chunks_per_block)
-    y, lse = op.forward(q, k, v, ks, beta, ok, rpe, lengths, *shape, 0.1, 2**40, d**-0.5)
-    op.backward(y, q, k, v, ks, beta, ok, rpe, lengths, y, lse, *shape, 0.1, 2**40, d**-0.5, True)
+    seed = torch.tensor([2**40])
+    y, lse = op.forward(q, k, v, ks, beta, ok, rpe, lengths, seed, *shape, 0.1, d**-0.5)
+    op.backward(y, q, k, v, ks, beta, ok, rpe, lengths, seed, y, lse, *shape, 0.1, d**-0.5, True)
+    # the chunk summaries: right padding and a chunk size a row; omega float32, as sigma's LayerNorm leaves it
+    lengths, sizes, omega = lengths.int(), torch.tensor([N // C], dtype=torch.int32), torch.randn(B, H, C, d)
+    means = summaries.chunk_means_op(q, k, lengths, sizes, 0, C)
+    summaries.chunk_means_backward_op(*means, q, k, lengths, sizes, 0)
+    beta_c, lse_c = summaries.chunk_beta_op(k, v, omega, lengths, sizes, 0, d**-0.5)
+    summaries.chunk_beta_backward_op(beta_c, k, v, omega, beta_c, lse_c, lengths, sizes, 0, d**-0.5)
     return caught
 
 
@@ -63,7 +79,8 @@ def main(arch):
                 types, constants, options = signature(fn, args, kwargs)
                 kernel = triton.compile(triton.compiler.ASTSource(fn, types, constants), target=GPUTarget("cuda", arch, 32),
                                         options=options)
-                print(f"sm_{arch} {name} {str(dtype)[6:]} {fn.__name__}: {kernel.metadata.shared} bytes of shared memory")
+                tiles = f" {constants['BLOCK_M']}x{constants['BLOCK_N']}" if "BLOCK_M" in constants else ""
+                print(f"sm_{arch} {name} {str(dtype)[6:]} {fn.__name__}{tiles}: {kernel.metadata.shared} bytes of shared memory")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
 an importance-sampling estimate, with one sample omega_c, of the chunk's share of the softmax output.
 """
 
+import importlib.util
 from typing import NamedTuple
 
 import torch
@@ -59,6 +60,29 @@ class ChunkValues(torch.autograd.Function):
         return d_omega.to(omega.dtype), dk.to(k.dtype), dv, None
 
 
+TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _use_triton(q):
+    return q.is_cuda and TRITON
+
+
+def fused_summaries(module, q, k, v, chunk_size=0, chunk_ids=None, num_chunks=0):
+    """What uniform / segmented return, from the Triton programs for CUDA tensors where Triton is installed (four
+    launches instead of a hundred operations); None elsewhere: the PyTorch path, the CPU kernels'. chunk_ids must
+    be the layer's: chunks of one size a row from position 0, pads after the row's length."""
+    if not _use_triton(q):
+        return None
+    from .kernels.triton import summaries
+
+    if chunk_ids is None:
+        return summaries.chunk_summaries(module, q, k, v, chunks=q.size(2) // chunk_size, size=chunk_size)
+    lengths, sizes = (chunk_ids < num_chunks).sum(1), (chunk_ids == 0).sum(1)
+    k_summary, beta = summaries.chunk_summaries(module, q, k, v, chunks=num_chunks, sizes=sizes, lengths=lengths)
+    chunk_ok = torch.arange(num_chunks, device=q.device) * sizes[:, None] < lengths[:, None]
+    return k_summary, beta, chunk_ok
+
+
 class ChunkSummaries(nn.Module):
     """Computes (k~, beta) for all chunks at once; sigma_q and sigma_k are shared by the heads."""
 
@@ -87,6 +111,9 @@ class ChunkSummaries(nn.Module):
 
         Returns k~ and beta, each B x H x (N / chunk_size) x d.
         """
+        fused = fused_summaries(self, q, k, v, chunk_size=chunk_size)
+        if fused is not None:
+            return fused
         qc, kc, vc = (t.unflatten(2, (-1, chunk_size)) for t in (q, k, v))  # B x H x C x s x d
         k_summary, omega = self._proposal(qc.mean(3), kc.mean(3))
         beta = ChunkValues.apply(omega, kc, vc, self.scale)
@@ -97,8 +124,11 @@ class ChunkSummaries(nn.Module):
 
         Returns k~ and beta (B x H x num_chunks x d) and which chunks hold a real token (B x num_chunks).
         """
-        B, H, N, d = q.shape
         chunk_ids, num_chunks = segments.ids, segments.count
+        fused = fused_summaries(self, q, k, v, chunk_ids=chunk_ids, num_chunks=num_chunks)
+        if fused is not None:
+            return fused
+        B, H, N, d = q.shape
         index = chunk_ids[:, None, :, None].expand(B, H, N, d)
 
         def segment_sum(x):  # B x H x N x e -> B x H x num_chunks x e

@@ -12,8 +12,14 @@ Launch grid and what each program does (B rows, H heads, N positions, w the wind
   blocks split round-robin into partial sums that torch adds (no float atomics anywhere);
   the RPE gradient, grid (w / BLOCK_M * width / BLOCK_N, H, splits), only when the table needs one: dS summed
   over rows and blocks for each (query, local column), mapped onto the table's offsets by op.table_gradient.
-Dropout draws tl.rand(seed, (row << 32) + key), row = (b H + h) N + n, key = the local column j or width + c,
-in the forward and again in every backward program: no mask is stored and the tiling does not change it.
+Dropout: the seed is a 1-element int64 tensor the programs load (no host synchronisation). Keys 4 g .. 4 g + 3 of
+query row (b H + h) N + n take the four words of one Philox draw (tl.randint4x) at counter (g, row), key being the
+local column j or width + c; the forward and every backward program draw it again: no mask is stored, and the
+tiling does not change it (tiles.dropout_keep).
+
+Tiles: on a GPU the forward, dQ and dK dV programs are autotuned (tiles.autotuned: BLOCK_M, BLOCK_N, warps and stages a
+head size, window, layout and dtype, cached on disk), the others take op.py's; a call may name its tiles, and the
+interpreter runs the fixed ones. summaries.py holds the chunk summaries' programs (chunks.py uses them on CUDA).
 
 Triton is imported only when the kernel runs: this package imports without it. It runs on CUDA, and on the CPU
 under Triton's interpreter (TRITON_INTERPRET=1, for the tests).
@@ -39,8 +45,7 @@ def _unavailable():
 
 TRITON = register(KernelSpec(
     name="triton",
-    # TODO sync: the Triton op reads the seed on the device
-    run=lambda seed, **c: triton_attention(seed=0 if seed is None else int(seed), **c),
+    run=triton_attention,
     devices=frozenset({"cuda"} | ({"cpu"} if os.environ.get("TRITON_INTERPRET") == "1" else set())),
     dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32}),
     dropout=True,

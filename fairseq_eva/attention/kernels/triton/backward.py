@@ -15,7 +15,7 @@ deterministic.
 import triton
 import triton.language as tl
 
-from .tiles import LOG2E, dropout_keep, local_keys, local_logits, visible_chunks
+from .tiles import LOG2E, autotuned, dropout_keep, local_keys, local_logits, local_tile, query_tile, summary_tile, visible_chunks
 
 
 @triton.jit
@@ -41,68 +41,40 @@ def _weights_and_grad(s, seen, lse, delta, dp, keep, p_drop, DROPOUT: tl.constex
     return p_kept, p * (dp - delta)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dq(
-    Q, K, V, KS, BETA, OK, RPE, LENGTHS, Y, DY, LSE, DELTA, DQ,
+    Q, K, V, KS, BETA, OK, RPE, LENGTHS, SEED, Y, DY, LSE, DELTA, DQ,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn, sgb, sgh, sgn,
-    H, N, C, d, seed, p_drop, scale, scale_log2,
+    H, N, C, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
     CHUNKS_PER_BLOCK: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, HAS_OK: tl.constexpr,
-    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DROPOUT: tl.constexpr, ALIGNED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    TILES: tl.constexpr = (WINDOW + BLOCK_M - 1) // BLOCK_M
-    block = tl.program_id(0) // TILES
-    first_query = (tl.program_id(0) % TILES) * BLOCK_M
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
-    h = bh % H
-    i = first_query + tl.arange(0, BLOCK_M)
-    query_ok = i < WINDOW
-    n = block * WINDOW + i
-    row = bh.to(tl.int64) * N + n
-    dd = tl.arange(0, BLOCK_D)
-    d_ok = dd < d
+    block, first_query, bh, b, h, i, query_ok, n, row, dd, d_ok, q = query_tile(Q, sqb, sqh, sqn, H, N, d, WINDOW,
+                                                                              BLOCK_M, BLOCK_D)
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     mask = query_ok[:, None] & d_ok[None, :]
-    q = tl.load(Q + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], mask=mask, other=0.0)
     y = tl.load(Y + b * syb + h * syh + n[:, None] * syn + dd[None, :], mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + b * sgb + h * sgh + n[:, None] * sgn + dd[None, :], mask=mask, other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * N + n, mask=query_ok, other=0.0) * LOG2E
+    lse = tl.load(LSE + row, mask=query_ok, other=0.0) * LOG2E
     delta = tl.sum(y * dy.to(tl.float32), 1)
-    tl.store(DELTA + bh.to(tl.int64) * N + n, delta, mask=query_ok)  # for the programs that run after this one
-    length = tl.load(LENGTHS + b)
-    rpe = RPE + h * NUM_OFFSETS
+    tl.store(DELTA + row, delta, mask=query_ok)  # for the programs that run after this one
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    first_key, lo, hi = local_keys(block, first_query, length, WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
+    first_key, lo, hi = local_keys(block, first_query, tl.load(LENGTHS + b), WINDOW, OFFSET, WIDTH, CAUSAL, BLOCK_M)
     for start in range(lo, hi, BLOCK_N):
-        m = start + tl.arange(0, BLOCK_N)
-        key_ok = m < hi
-        kv_mask = key_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b * skb + h * skh + m[:, None] * skn + dd[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b * svb + h * svh + m[:, None] * svn + dd[None, :], mask=kv_mask, other=0.0)
-        j = m - first_key
-        s = local_logits(tl.dot(q, tl.trans(k), input_precision="ieee"), i[:, None], j[None, :], rpe, scale_log2,
-                         WINDOW, NUM_OFFSETS, HAS_RPE)
-        seen = query_ok[:, None] & key_ok[None, :]
-        if CAUSAL:
-            seen &= m[None, :] <= n[:, None]
-        keep = dropout_keep(seed, row[:, None], j[None, :], p_drop) if DROPOUT else seen
+        k, v, s, seen, keep = local_tile(q, K + b * skb + h * skh, V + b * svb + h * svh, skn, svn, start, hi, first_key,
+                                         i, query_ok, n, row, dd, d_ok, RPE + h * NUM_OFFSETS, scale_log2, seed, p_drop,
+                                         WINDOW, NUM_OFFSETS, HAS_RPE, CAUSAL, DROPOUT, ALIGNED, BLOCK_N)
         dp = tl.dot(dy, tl.trans(v), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee")
 
     visible = visible_chunks(block, C, CAUSAL, OVERLAP, CHUNKS_PER_BLOCK)
     for start in range(0, visible, BLOCK_N):
-        c = start + tl.arange(0, BLOCK_N)
-        chunk_ok = c < visible
-        if HAS_OK:
-            chunk_ok &= tl.load(OK + b * C + c, mask=chunk_ok, other=0) != 0
-        kv_mask = chunk_ok[:, None] & d_ok[None, :]
-        ks = tl.load(KS + b * ssb + h * ssh + c[:, None] * ssn + dd[None, :], mask=kv_mask, other=0.0)
-        beta = tl.load(BETA + b * sbb + h * sbh + c[:, None] * sbn + dd[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(ks), input_precision="ieee") * scale_log2
-        seen = query_ok[:, None] & chunk_ok[None, :]
-        keep = dropout_keep(seed, row[:, None], WIDTH + c[None, :], p_drop) if DROPOUT else seen
+        ks, beta, s, seen, keep = summary_tile(q, KS + b * ssb + h * ssh, BETA + b * sbb + h * sbh, OK + b * C, ssn, sbn,
+                                               start, visible, query_ok, row, dd, d_ok, scale_log2, seed, p_drop,
+                                               WIDTH, HAS_OK, DROPOUT, ALIGNED, BLOCK_N)
         dp = tl.dot(dy, tl.trans(beta), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(ks.dtype), ks, input_precision="ieee")
@@ -110,19 +82,20 @@ def eva_backward_dq(
     tl.store(DQ + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dkdv(
-    Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DK, DV,
+    Q, K, V, RPE, LENGTHS, SEED, DY, LSE, DELTA, DK, DV,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
-    H, N, d, seed, p_drop, scale, scale_log2,
+    H, N, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr,
-    NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, DROPOUT: tl.constexpr,
+    NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     first = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     m = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -155,7 +128,10 @@ def eva_backward_dkdv(
             seen = column_ok[:, None] & query_ok[None, :]
             if CAUSAL:
                 seen &= m[:, None] <= n[None, :]
-            keep = dropout_keep(seed, bh.to(tl.int64) * N + n[None, :], j[:, None], p_drop) if DROPOUT else seen
+            keep = seen
+            if DROPOUT:  # drawn queries x keys, as every program draws it
+                keep = tl.trans(dropout_keep(seed, bh.to(tl.int64) * N + n, first - block * WINDOW - OFFSET, p_drop, BLOCK_N,
+                                             ALIGNED))
             dp = tl.dot(v, tl.trans(dy), input_precision="ieee")
             p_kept, ds = _weights_and_grad(s, seen, lse[None, :], delta[None, :], dp, keep, p_drop, DROPOUT)
             dv += tl.dot(p_kept.to(dy.dtype), dy, input_precision="ieee")
@@ -165,13 +141,13 @@ def eva_backward_dkdv(
     tl.store(DV + b * svb + h * svh + m[:, None] * svn + dd[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dsummary(
-    Q, KS, BETA, OK, DY, LSE, DELTA, DKS, DBETA,
+    Q, KS, BETA, OK, SEED, DY, LSE, DELTA, DKS, DBETA,
     sqb, sqh, sqn, ssb, ssh, ssn, sbb, sbh, sbn, sgb, sgh, sgn,
-    B, H, N, C, d, seed, p_drop, scale, scale_log2,
+    B, H, N, C, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
-    CHUNKS_PER_BLOCK: tl.constexpr, HAS_OK: tl.constexpr, DROPOUT: tl.constexpr,
+    CHUNKS_PER_BLOCK: tl.constexpr, HAS_OK: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     first = tl.program_id(0) * BLOCK_N
@@ -180,6 +156,7 @@ def eva_backward_dsummary(
     splits = tl.num_programs(2)
     b = (bh // H).to(tl.int64)  # b * (batch stride) may pass 2^31
     h = bh % H
+    seed = tl.load(SEED)  # on the device: no host synchronisation for a fresh seed
     c = first + tl.arange(0, BLOCK_N)
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -206,7 +183,9 @@ def eva_backward_dsummary(
             q, dy, lse, delta = _query_tile(Q, DY, LSE, DELTA, b, h, bh, n, query_ok, dd, d_ok, sqb, sqh, sqn, sgb, sgh, sgn, N)
             s = tl.dot(ks, tl.trans(q), input_precision="ieee") * scale_log2
             seen = seen_chunk[:, None] & query_ok[None, :]
-            keep = dropout_keep(seed, bh.to(tl.int64) * N + n[None, :], WIDTH + c[:, None], p_drop) if DROPOUT else seen
+            keep = seen
+            if DROPOUT:  # drawn queries x summaries, as every program draws it
+                keep = tl.trans(dropout_keep(seed, bh.to(tl.int64) * N + n, WIDTH + first, p_drop, BLOCK_N, ALIGNED))
             dp = tl.dot(beta, tl.trans(dy), input_precision="ieee")
             p_kept, ds = _weights_and_grad(s, seen, lse[None, :], delta[None, :], dp, keep, p_drop, DROPOUT)
             dbeta += tl.dot(p_kept.to(dy.dtype), dy, input_precision="ieee")
@@ -217,13 +196,14 @@ def eva_backward_dsummary(
     tl.store(DBETA + out, dbeta, mask=kv_mask)
 
 
-@triton.jit(do_not_specialize=["seed"])  # a fresh seed a call must not compile anew
+@triton.jit
 def eva_backward_dgrid(
-    Q, K, V, RPE, LENGTHS, DY, LSE, DELTA, DGRID,
+    Q, K, V, RPE, LENGTHS, SEED, DY, LSE, DELTA, DGRID,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
-    B, H, N, d, seed, p_drop, scale_log2,
+    B, H, N, d, p_drop, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr,
-    NUM_OFFSETS: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_OFFSETS: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     COLUMN_TILES: tl.constexpr = (WIDTH + BLOCK_N - 1) // BLOCK_N
     i = (tl.program_id(0) // COLUMN_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -231,6 +211,7 @@ def eva_backward_dgrid(
     h = tl.program_id(1)
     split = tl.program_id(2)
     splits = tl.num_programs(2)
+    seed = tl.load(SEED)
     query_ok = i < WINDOW
     dd = tl.arange(0, BLOCK_D)
     d_ok = dd < d
@@ -253,9 +234,17 @@ def eva_backward_dgrid(
         seen = query_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             seen &= m[None, :] <= n[:, None]
-        keep = dropout_keep(seed, bh.to(tl.int64) * N + n[:, None], j[None, :], p_drop) if DROPOUT else seen
+        keep = seen
+        if DROPOUT:
+            keep = dropout_keep(seed, bh * N + n, (tl.program_id(0) % COLUMN_TILES) * BLOCK_N, p_drop, BLOCK_N, ALIGNED)
         dp = tl.dot(dy, tl.trans(v), input_precision="ieee")
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dgrid += ds
     out = (split.to(tl.int64) * H + h) * WINDOW * WIDTH + i[:, None] * WIDTH + j[None, :]  # splits x H x w x width
     tl.store(DGRID + out, dgrid, mask=query_ok[:, None] & (j < WIDTH)[None, :])
+
+
+# the backward programs hold more tiles at once than the forward: 64 x 64 with 4 warps for head size 64 (op.py),
+# 128 rows or keys with 8 warps, and 16 query rows, which fit every window
+eva_backward_dq_tuned = autotuned(eva_backward_dq, [(64, 64, 4, 2), (128, 64, 8, 2), (16, 64, 4, 2)])
+eva_backward_dkdv_tuned = autotuned(eva_backward_dkdv, [(64, 64, 4, 2), (64, 128, 8, 2), (16, 64, 4, 2)])
