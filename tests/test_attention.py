@@ -607,8 +607,9 @@ def test_legal_edge_settings_are_accepted(kwargs):
 
 
 def test_state_dict_keeps_separate_q_k_v_projections():
-    """A layer saved before q, k and v shared one projection loads and computes what it computed then (the fixture
-    holds that layer's output, pads included); a layer saves its state in that layout (fairseq's names)."""
+    """A layer saved by an earlier version loads and computes what it computed then (the fixture holds that layer's
+    output, pads included); a layer saves its state in that layout (fairseq's names), parameters in its order, so
+    that a run's optimizer state fits on resume."""
     saved = torch.load(Path(__file__).parent / "fixtures" / "eva_attention_separate_qkv.pt")
     assert {"q_proj.weight", "k_proj.bias"} <= set(saved["state_dict"])
     mod = EVAAttention(16, 2, window_size=4, overlap=True, num_chunks=2, use_rpe=True, kernel="blockwise").to(F64).eval()
@@ -617,7 +618,7 @@ def test_state_dict_keeps_separate_q_k_v_projections():
     with torch.no_grad():
         torch.testing.assert_close(mod(saved["x"], saved["key_padding_mask"]), saved["y"], **TOL)
     state = mod.state_dict()
-    assert set(state) == set(saved["state_dict"])
+    assert list(state) == list(saved["state_dict"])
     assert all(torch.equal(state[key], value) for key, value in saved["state_dict"].items())
 
 

@@ -31,42 +31,6 @@ Cache = Dict[str, Tensor]
 COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's mode for the layer's attention ("none": eager)
 
 
-class QKVPart:
-    """Rows [i D, (i + 1) D) of the fused q/k/v projection as a Linear-like object: `weight`, `bias`, and a call."""
-
-    def __init__(self, qkv_proj, i):
-        self.qkv_proj, self.rows = qkv_proj, slice(i * qkv_proj.in_features, (i + 1) * qkv_proj.in_features)
-
-    @property
-    def weight(self):
-        return self.qkv_proj.weight[self.rows]
-
-    @property
-    def bias(self):
-        return None if self.qkv_proj.bias is None else self.qkv_proj.bias[self.rows]
-
-    def __call__(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-
-def _split_qkv_keys(module, state_dict, prefix, local_metadata):
-    """Save qkv_proj as q_proj, k_proj, v_proj: fairseq's MultiheadAttention's names and shapes, so that a
-    checkpoint reads as before and softmax and EVA models share their projections' keys."""
-    for name in ("weight", "bias"):
-        fused = state_dict.pop(f"{prefix}qkv_proj.{name}", None)
-        if fused is not None:
-            for p, part in zip("qkv", fused.chunk(3)):
-                state_dict[f"{prefix}{p}_proj.{name}"] = part
-
-
-def _fuse_qkv_keys(module, state_dict, prefix, *args):
-    """Load q_proj, k_proj, v_proj (every checkpoint: see _split_qkv_keys) into the rows of qkv_proj."""
-    for name in ("weight", "bias"):
-        keys = [f"{prefix}{p}_proj.{name}" for p in "qkv"]
-        if all(key in state_dict for key in keys):
-            state_dict[f"{prefix}qkv_proj.{name}"] = torch.cat([state_dict.pop(key) for key in keys])
-
-
 @tensor_cache
 def padding_order(key_padding_mask):
     """(order, lengths, is_pad) of a B x N padding mask: the permutation that puts each row's real tokens first
@@ -210,9 +174,13 @@ class EVAAttention(nn.Module):
         self.overlap = bool(overlap)
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
-        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # q, k, v in one product: fewer launches
-        self.register_state_dict_post_hook(_split_qkv_keys)
-        self.register_load_state_dict_pre_hook(_fuse_qkv_keys)
+        # q, k, v are three Linears, as in fairseq's MultiheadAttention, and `project` multiplies by their
+        # concatenation: one product instead of three. A single fused parameter would change the optimizer state
+        # of a run saved before (a size error on resume in float32; under --fp16 the Adam moments of fairseq's
+        # flat float32 buffer would land permuted).
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise) if (num_chunks or chunk_size) else None
         self.rpe = None
@@ -223,30 +191,20 @@ class EVAAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        # as fairseq's MultiheadAttention, each of q, k, v on its own
+        # as fairseq's MultiheadAttention
         for proj in (self.q_proj, self.k_proj, self.v_proj):
             nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out_proj.weight)
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
 
-    @property
-    def q_proj(self):
-        """The query projection: rows of qkv_proj (fairseq's MultiheadAttention has it as a Linear of its own)."""
-        return QKVPart(self.qkv_proj, 0)
-
-    @property
-    def k_proj(self):
-        return QKVPart(self.qkv_proj, 1)
-
-    @property
-    def v_proj(self):
-        return QKVPart(self.qkv_proj, 2)
-
     def project(self, x):
         """q, k, v (each B x H x N x d, views of one B x N x 3 x H x d product) of x (B x N x embed_dim)."""
         B, N, _ = x.shape
-        qkv = self.qkv_proj(x).view(B, N, 3, self.num_heads, self.head_dim)
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        qkv = F.linear(x, weight, bias).view(B, N, 3, self.num_heads, self.head_dim)
         # (unbind's backward then stacks the gradients straight into the product's layout, with no further copy)
         return tuple(t.transpose(1, 2) for t in qkv.unbind(2))
 
