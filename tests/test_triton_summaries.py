@@ -94,6 +94,33 @@ def test_whole_chunks_match_the_uniform_definition(monkeypatch):
     check(got[1], expected[1])
 
 
+@pytest.mark.parametrize("lengths", [None, [N, 7]], ids=["uniform", "segmented"])
+def test_views_of_one_projection(monkeypatch, lengths):
+    """q, k, v as the layer makes them, views of one B x N x 3 x H x d product (gaps between a view's rows): the
+    gradients land where the PyTorch path puts them."""
+    module = ChunkSummaries(D).train()
+    torch.manual_seed(0)
+    product = torch.randn(B, N, 3, H, D, device=DEVICE, requires_grad=True)
+    noise = torch.randn(B, H, 3, D, device=DEVICE)
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: noise.to(t))
+    if lengths is not None:
+        lengths = torch.tensor(lengths, device=DEVICE)
+        positions = torch.arange(N, device=DEVICE)[None, :]
+        layout = segments((positions // 4).masked_fill(positions >= lengths[:, None], 3), 3)
+
+    def run():
+        q, k, v = (t.transpose(1, 2) for t in product.unbind(2))
+        outputs = module.uniform(q, k, v, 4) if lengths is None else module.segmented(q, k, v, layout)[:2]
+        return summaries_and_grads(module, outputs, [product])
+
+    expected = run()
+    calls = on_triton(monkeypatch)
+    got = run()
+    assert calls
+    check(got[0], expected[0])
+    check(got[1], expected[1])
+
+
 def test_custom_ops_fakes_and_autograd():
     """torch.library.opcheck: schemas, the fakes torch.compile traces with, and the autograd registrations."""
     q, k, v = (t.detach().float().to(DEVICE).requires_grad_() for t in qkv(3))
