@@ -4,7 +4,8 @@ On a GPU each operation costs the host a few microseconds to dispatch, and most 
 kernels are fast is bound by that count (docs/results.md, "How fast on a GPU?": bidirectional EVA
 costs about 5 ms a call at every length). The count needs no GPU, so changes that cut it are measured here:
 every layer of the GPU check's speed tables (benchmarks/gpu_check.py, LAYERS) with the kernel CUDA runs
-(`--kernel triton`, under Triton's interpreter when there is no GPU), and the four projections alone.
+(`--kernel triton`, under Triton's interpreter when there is no GPU, chunk summaries included), and the four
+projections alone.
 
     python -m benchmarks.op_count                    # N = 512, batch 1, the Triton kernel
     python -m benchmarks.op_count --kernel fused
@@ -47,6 +48,14 @@ def count(layer, x):
     return sum(counter.ops.values()), counter.new, counter.ops
 
 
+def cuda_path():
+    """Under Triton's interpreter, take the path a CUDA tensor takes: the chunk summaries' Triton programs too
+    (chunks.fused_summaries), not the PyTorch summaries the CPU kernels use."""
+    from fairseq_eva.attention import chunks
+
+    chunks._use_triton = lambda q: chunks.TRITON
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernel", default="triton", help="the EVA layers' kernel (default: triton, CUDA's default)")
@@ -61,6 +70,9 @@ def main(argv=None):
     if device == "cpu" and args.kernel == "triton":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton first compiles, after this
     from benchmarks import baselines, gpu_check
+
+    if device == "cpu" and args.kernel == "triton":
+        cuda_path()
 
     layers = {name: build(args.kernel) for name, build in gpu_check.LAYERS.items() if name.startswith("eva")}
     layers["projections"] = baselines.ProjectedAttention(gpu_check.D_MODEL, gpu_check.HEADS, lambda q, k, v: q + k + v)
