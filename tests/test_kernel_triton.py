@@ -361,15 +361,16 @@ def test_programs_compile_for_sm90_and_sm80():
     [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
     ids=["bidirectional", "causal"],
 )
-def test_the_layer_on_triton_matches_the_definition(options, monkeypatch):
+@pytest.mark.parametrize("Lmax", [13, 16], ids=["padded_to_the_window", "whole_windows"])
+def test_the_layer_on_triton_matches_the_definition(options, Lmax, monkeypatch):
     """Through the public option, EVAAttention(kernel="triton"): a float32 layer in training with a trainable RPE,
     a left-padded batch (bidirectional), against the per-query layer definition in float64: the output and the
-    gradients of the input and of every parameter (projections, sigma, the RPE table)."""
+    gradients of the input and of every parameter (projections, sigma, the RPE table). In whole windows q, k, v reach
+    the kernel as views of one q/k/v product, with gaps between rows; padded to the window they are copies."""
     monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
     reference = make(train=True, use_rpe=True, **options)  # float64
     layer = copy.deepcopy(reference).float()
     layer.kernel = "triton"
-    Lmax = 13
     lengths = [Lmax, Lmax if options.get("causal") else 9]  # causal rows unpadded (pads come after them)
     x = inputs(2, Lmax, requires_grad=True)
     pad = torch.arange(Lmax)[None, :] < torch.tensor([Lmax - L for L in lengths])[:, None]  # left padding

@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .op import dense
+
 BLOCK_S = 32  # positions a loop step
 
 
@@ -140,17 +142,6 @@ def beta_backward_program(DBETA, K, V, OMEGA, BETA, LSE, LENGTHS, SIZES, DK, DV,
     tl.store(DOMEGA + row, domega, mask=dd < d)
 
 
-def _dense(t):
-    """Whether t's elements fill its memory without gaps in some order of its dimensions (then zeros_like keeps
-    its strides)."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda p: p[1]):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 def _strides(t):
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -252,7 +243,7 @@ def chunk_beta_backward_op(d_beta: Tensor, k: Tensor, v: Tensor, omega: Tensor, 
     chunks = omega.size(2)
     # the program indexes k and dk (v and dv) with one set of strides; zeros_like keeps a dense tensor's strides but
     # not those of a view with gaps (the layer's k and v are views of one B x N x 3 x H x d product)
-    k, v = (t if _dense(t) else t.contiguous() for t in (k, v))
+    k, v = (t if dense(t) else t.contiguous() for t in (k, v))
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # pads get no gradient
     d_omega = torch.empty(omega.shape, dtype=torch.float32, device=omega.device)
     if chunks:
