@@ -1,11 +1,14 @@
-"""Helpers shared by the model files."""
+"""What the three models share: the start of build_model (`prepare_args`) and fp16's CUDA check."""
 
+import warnings
 from argparse import Namespace
 
 import torch
 from omegaconf import OmegaConf
 
 from ..errors import FP16Error
+from ..fairseq_fixes.distributed import check_launch
+from ..modules.options import EVAOptionError, attention_kind, check_model_keys, option_name, validate_eva_args
 
 
 def as_namespace(args):
@@ -14,6 +17,56 @@ def as_namespace(args):
     if OmegaConf.is_config(args):
         return Namespace(**OmegaConf.to_container(args, resolve=True))
     return args
+
+
+def prepare_args(model_class, args, architecture, roles):
+    """The checks and defaults before a model is built; returns the args as a Namespace.
+
+    `architecture` fills what the config leaves unset (old or hand-written configs); `roles` maps each EVA role
+    to its attention option (see validate_eva_args). A mistake stops here, before any batch is loaded."""
+    check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
+    hydra = OmegaConf.is_config(args)
+    if hydra:
+        check_model_keys(args, model_class)  # a misspelled model. key would otherwise be ignored
+    args = as_namespace(args)
+    architecture(args)
+    validate_eva_args(args, roles, hydra)
+    if any(attention_kind(args, attention, hydra) == "eva" for attention in roles.values()):
+        check_kernel_runs_here(args, hydra)
+    return args
+
+
+def _device_and_dtype(args):
+    """Where and in which precision the model's attention will run (as fairseq's trainer will place it)."""
+    cuda = torch.cuda.is_available() and not getattr(args, "cpu", False)
+    dtype = torch.bfloat16 if getattr(args, "bf16", False) else torch.float16 if cuda and (
+        getattr(args, "fp16", False) or getattr(args, "amp", False)) else torch.float32
+    return ("cuda" if cuda else "cpu"), dtype
+
+
+def check_kernel_runs_here(args, hydra=False):
+    """A kernel pinned by --eva-kernel that cannot run on this machine (no CUDA, no C compiler, no Triton) is
+    refused now, not at the first batch. What depends on the call (training, dropout) is checked there."""
+    from ..attention.kernels import KERNELS
+
+    name = getattr(args, "eva_kernel", "auto") or "auto"
+    if name == "auto":
+        return
+    device, dtype = _device_and_dtype(args)
+    q = torch.empty(0, device=device, dtype=dtype)
+
+    def refusal(kernel):
+        with warnings.catch_warnings():  # the C loop's warning that auto runs another kernel: not the case here
+            warnings.simplefilter("ignore")
+            return KERNELS[kernel].refusal(q, needs_grad=False, dropout=0.0, bias_grad=False)
+
+    reason = refusal(name)
+    if reason is None:
+        return
+    usable = ", ".join(["auto"] + [k for k in KERNELS if k != name and refusal(k) is None])
+    option = option_name("eva_kernel", hydra)
+    raise EVAOptionError(f"{option} {name} cannot run on this machine ({reason}): use one of {usable} "
+                         f"(a model trained with it: --model-overrides \"{{'eva_kernel': 'auto'}}\")")
 
 
 class HalfNeedsCUDA:

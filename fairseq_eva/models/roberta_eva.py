@@ -12,12 +12,10 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
 from fairseq.models.roberta.model import roberta_prenorm_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
-from omegaconf import OmegaConf
 
-from ..fairseq_fixes.distributed import check_launch
-from ..modules import EVATransformerEncoder, add_masked_lm_args, validate_eva_args
-from ..modules.options import ENCODER, check_model_keys, common_defaults
-from ._util import HalfNeedsCUDA, as_namespace
+from ..modules import EVATransformerEncoder, add_masked_lm_args
+from ..modules.options import ENCODER, common_defaults
+from ._util import HalfNeedsCUDA, prepare_args
 
 
 @register_model("roberta_eva")
@@ -35,17 +33,14 @@ class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
-        hydra = OmegaConf.is_config(args)
-        if hydra:
-            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
-        args = as_namespace(args)
-        base_architecture(args)  # fill anything missing (old or hand-written configs)
-        if not safe_hasattr(args, "max_positions"):
-            if not safe_hasattr(args, "tokens_per_sample"):
-                args.tokens_per_sample = task.max_positions()
-            args.max_positions = args.tokens_per_sample
-        validate_eva_args(args, {ENCODER: "encoder_attention"}, hydra)
+        def architecture(args):
+            base_architecture(args)
+            if not safe_hasattr(args, "max_positions"):
+                if not safe_hasattr(args, "tokens_per_sample"):
+                    args.tokens_per_sample = task.max_positions()
+                args.max_positions = args.tokens_per_sample
+
+        args = prepare_args(cls, args, architecture, {ENCODER: "encoder_attention"})
         encoder = RobertaEVAEncoder(args, task.source_dictionary)
         return cls(args, encoder)
 

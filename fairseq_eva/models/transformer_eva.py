@@ -15,12 +15,10 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, transformer_iwslt_de_en, transformer_wmt_en_de
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.utils import safe_getattr
-from omegaconf import OmegaConf
 
-from ..fairseq_fixes.distributed import check_launch
-from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args, validate_eva_args
-from ..modules.options import DECODER, ENCODER, check_model_keys, common_defaults, decoder_defaults
-from ._util import HalfNeedsCUDA, as_namespace
+from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args
+from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
+from ._util import HalfNeedsCUDA, prepare_args
 
 
 @register_model("transformer_eva")
@@ -38,13 +36,7 @@ class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
-        hydra = OmegaConf.is_config(args)
-        if hydra:
-            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
-        args = as_namespace(args)
-        base_architecture(args)  # fill anything missing (old or hand-written configs)
-        validate_eva_args(args, {ENCODER: "encoder_attention", DECODER: "decoder_attention"}, hydra)
+        args = prepare_args(cls, args, base_architecture, {ENCODER: "encoder_attention", DECODER: "decoder_attention"})
         return super().build_model(args, task)
 
     @classmethod

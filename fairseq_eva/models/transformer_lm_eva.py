@@ -24,12 +24,10 @@ from fairseq.models.transformer_lm import (
 )
 from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
-from omegaconf import OmegaConf
 
-from ..fairseq_fixes.distributed import check_launch
-from ..modules import EVALanguageModelDecoder, add_lm_args, validate_eva_args
-from ..modules.options import LM, check_model_keys, common_defaults
-from ._util import HalfNeedsCUDA, as_namespace
+from ..modules import EVALanguageModelDecoder, add_lm_args
+from ..modules.options import LM, common_defaults
+from ._util import HalfNeedsCUDA, prepare_args
 
 
 @register_model("transformer_lm_eva")
@@ -51,13 +49,7 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
-        hydra = OmegaConf.is_config(args)
-        if hydra:
-            check_model_keys(args, cls)  # a misspelled model. key would otherwise be ignored
-        args = as_namespace(args)
-        base_lm_eva_architecture(args)  # fill anything missing (old or hand-written configs)
-        validate_eva_args(args, {LM: "decoder_attention"}, hydra)
+        args = prepare_args(cls, args, base_lm_eva_architecture, {LM: "decoder_attention"})
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:

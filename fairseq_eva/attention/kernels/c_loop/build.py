@@ -4,8 +4,8 @@
 A build is tested before it is kept (a child process multiplies two matrices through it with torch's sgemm:
 a 64-bit-integer BLAS would corrupt memory) and its size and checksum are written beside it; a cached
 library that does not match them (truncated, overwritten) is rebuilt once before it is loaded, since loading a
-damaged one can kill the process. Where the C loop cannot be had, one warning says why, what runs instead and
-how to move the cache.
+damaged one can kill the process. Where the C loop cannot be had, one warning says why and what runs instead
+of it where the kernel is auto.
 """
 
 import ctypes
@@ -23,8 +23,9 @@ import torch
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernel.c")
 SGEMM = "sgemm_"  # the Fortran BLAS name torch's library exports (its MKL in the x86-64 wheels)
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC"]
-INSTEAD = ("EVA in float32 on the CPU runs the blockwise kernel in PyTorch instead, which took 1.2 to 1.7 times the C "
-           "loop's attention time where both were measured (docs/RESULTS.md, \"Why the C loop is faster\")")
+INSTEAD = ("Where the kernel is auto (the default), EVA in float32 on the CPU runs the blockwise kernel in PyTorch "
+           "instead, which took 1.2 to 1.7 times the C loop's attention time where both were measured (docs/RESULTS.md, "
+           "\"Why the C loop is faster\")")
 
 
 class Unavailable(Exception):
@@ -121,7 +122,8 @@ def _build(path, torch_library):
             os.replace(library, path)
             os.replace(library + ".sum", path + ".sum")
     except OSError as error:
-        raise Unavailable(f"the cache folder {os.path.dirname(path)} cannot hold it ({error})") from None
+        raise Unavailable(f"the cache folder {os.path.dirname(path)} cannot hold it ({error}); set XDG_CACHE_HOME "
+                          "to move that folder") from None
 
 
 def _load(torch_library):
@@ -153,8 +155,7 @@ def library():
             lib = _load(torch_library)
         except Unavailable as reason:
             _reason = str(reason)
-            warnings.warn(f"fairseq_eva: the compiled CPU kernel (the C loop) is off: {reason}. {INSTEAD}. It is cached "
-                          f"in {cache_folder()}; set XDG_CACHE_HOME to move that folder.", stacklevel=2)
+            warnings.warn(f"fairseq_eva: the compiled CPU kernel (the C loop) is off: {reason}. {INSTEAD}.", stacklevel=2)
             return None
         ptr = ctypes.c_void_p
         lib.eva_forward.argtypes = [ptr] * 8
