@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 
 pytest.importorskip("fairseq")
 
@@ -146,6 +147,19 @@ def test_a_misspelled_model_key_stops_hydra_train_with_one_line(trained, tmp_pat
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path / "ckpt", "--eva-windw-size", 8,
                cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "unrecognized arguments: --eva-windw-size 8" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton kernel runs on a CUDA machine")
+def test_a_pinned_kernel_that_cannot_run_here_stops_before_training(trained, tmp_path):
+    """--eva-kernel triton without CUDA (and without Triton's interpreter): one line naming the option and the
+    kernels that can run, when the model is built; no traceback, no checkpoint, no crash.pt, no empty save dir."""
+    save = tmp_path / "ckpt"
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", save, "--max-update", 2, "--eva-kernel", "triton",
+               cwd=tmp_path, check=False, env={"TRITON_INTERPRET": "0"})
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("fairseq-train: error: --eva-kernel triton")]
+    assert said and "cannot run on this machine (it runs on cuda, not cpu): use one of auto, " in said[0], proc.log[-3000:]
+    assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
 
 
 def test_bad_option_stops_before_training(trained, tmp_path):
