@@ -124,22 +124,12 @@ def _splits(tasks, programs):
     return max(1, min(tasks, PROGRAMS // max(1, programs)))
 
 
-def dense(t):
-    """Whether t's elements fill its memory without gaps or overlaps in some order of its dimensions: then
-    empty_like and zeros_like keep its strides (for a view with gaps, such as the layer's q, k, v, views of one
-    B x N x 3 x H x d product, they do not, and not as contiguous() either)."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda p: p[1]):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 def _with_gradient(t):
-    """(t, its gradient's buffer) with the same strides: the programs write a gradient with its input's strides."""
-    t = t if dense(t) else t.contiguous()
-    return t, torch.empty_like(t)
+    """(t, its gradient's buffer) with the same strides: the programs write a gradient with its input's strides.
+    The buffer is empty_like(t), as the fake says; for a view with gaps (the layer's q, k, v, views of one
+    B x N x 3 x H x d product) that is a dense layout of other strides, so t is cloned into it."""
+    grad = torch.empty_like(t)
+    return (t if t.stride() == grad.stride() else t.clone()), grad
 
 
 def table_gradient(d_grid, window, width):

@@ -20,8 +20,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .op import dense
-
 BLOCK_S = 32  # positions a loop step
 
 
@@ -241,10 +239,10 @@ def chunk_beta_backward_op(d_beta: Tensor, k: Tensor, v: Tensor, omega: Tensor, 
     d_beta, omega, beta = d_beta.contiguous(), omega.contiguous(), beta.contiguous()
     B, H, N, d = k.shape
     chunks = omega.size(2)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # pads get no gradient; the fake's layout
     # the program indexes k and dk (v and dv) with one set of strides; zeros_like keeps a dense tensor's strides but
-    # not those of a view with gaps (the layer's k and v are views of one B x N x 3 x H x d product)
-    k, v = (t if dense(t) else t.contiguous() for t in (k, v))
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)  # pads get no gradient
+    # not those of a view with gaps (the layer's k and v are views of one B x N x 3 x H x d product): clone() does
+    k, v = (t if t.stride() == g.stride() else t.clone() for t, g in ((k, dk), (v, dv)))
     d_omega = torch.empty(omega.shape, dtype=torch.float32, device=omega.device)
     if chunks:
         beta_backward_program[(chunks, B * H)](d_beta, k, v, omega, beta, lse, *_pointers(lengths, sizes, k),
