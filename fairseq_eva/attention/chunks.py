@@ -32,6 +32,13 @@ def proposal_projection(kind, dim):
     raise ValueError(f"proposal must be one of {', '.join(PROPOSALS)}; got {kind!r}")
 
 
+def log_weights(omega, k, scale):
+    """(omega . k_m - |k_m|^2 / 2) scale in float32 at least, as products that autograd saves as they are (k is a
+    view of the projection's output, omega one vector a chunk): nothing of size N x d is kept for the backward."""
+    k = upcast(k)
+    return torch.sub((k * upcast(omega)).sum(-1), k.square().sum(-1), alpha=0.5).mul_(scale)
+
+
 class ChunkValues(torch.autograd.Function):
     """beta_c = sum_m softmax_m((omega_c . k_m - |k_m|^2 / 2) scale) v_m over the s positions of each chunk (omega
     B x H x C x d; k, v B x H x C x s x d), with its backward written out: a third of the operations autograd
@@ -40,9 +47,7 @@ class ChunkValues(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, omega, k, v, scale):
-        kf, om = upcast(k), upcast(omega).unsqueeze(3)
-        logits = torch.sub((kf * om).sum(-1), kf.square().sum(-1), alpha=0.5).mul_(scale)
-        p = torch.softmax(logits, dim=-1)  # B x H x C x s, float32 at least
+        p = torch.softmax(log_weights(omega.unsqueeze(3), k, scale), dim=-1)  # B x H x C x s, float32 at least
         ctx.save_for_backward(omega, k, v, p)
         ctx.scale = scale
         return (p.to(v.dtype).unsqueeze(-1) * v).sum(3)
@@ -67,20 +72,20 @@ def _use_triton(q):
     return q.is_cuda and TRITON
 
 
-def fused_summaries(module, q, k, v, chunk_size=0, chunk_ids=None, num_chunks=0):
+def fused_summaries(module, q, k, v, chunk_size=0, segments=None):
     """What uniform / segmented return, from the Triton programs for CUDA tensors where Triton is installed (four
-    launches instead of a hundred operations); None elsewhere: the PyTorch path, the CPU kernels'. chunk_ids must
+    launches instead of a hundred operations); None elsewhere: the PyTorch path, the CPU kernels'. `segments` must
     be the layer's: chunks of one size a row from position 0, pads after the row's length."""
     if not _use_triton(q):
         return None
     from .kernels.triton import summaries
 
-    if chunk_ids is None:
+    if segments is None:
         return summaries.chunk_summaries(module, q, k, v, chunks=q.size(2) // chunk_size, size=chunk_size)
-    lengths, sizes = (chunk_ids < num_chunks).sum(1), (chunk_ids == 0).sum(1)
-    k_summary, beta = summaries.chunk_summaries(module, q, k, v, chunks=num_chunks, sizes=sizes, lengths=lengths)
-    chunk_ok = torch.arange(num_chunks, device=q.device) * sizes[:, None] < lengths[:, None]
-    return k_summary, beta, chunk_ok
+    ids, count = segments.ids, segments.count
+    lengths, sizes = (ids < count).sum(1), (ids == 0).sum(1)
+    k_summary, beta = summaries.chunk_summaries(module, q, k, v, chunks=count, sizes=sizes, lengths=lengths)
+    return k_summary, beta, segments.ok
 
 
 class ChunkSummaries(nn.Module):
@@ -100,12 +105,6 @@ class ChunkSummaries(nn.Module):
             omega = omega + torch.randn_like(omega)
         return k_summary, omega
 
-    def _log_weights(self, omega, k):
-        # (omega . k_m - |k_m|^2 / 2) / sqrt(d), as products that autograd saves as they are (k is a view of the
-        # projection's output, omega one vector a chunk): nothing of size N x d is kept for the backward
-        k = upcast(k)
-        return ((k * upcast(omega)).sum(-1) - 0.5 * k.square().sum(-1)) * self.scale
-
     def uniform(self, q, k, v, chunk_size):
         """q, k, v: B x H x N x d (any strides), N a multiple of chunk_size, every position real.
 
@@ -124,10 +123,10 @@ class ChunkSummaries(nn.Module):
 
         Returns k~ and beta (B x H x num_chunks x d) and which chunks hold a real token (B x num_chunks).
         """
-        chunk_ids, num_chunks = segments.ids, segments.count
-        fused = fused_summaries(self, q, k, v, chunk_ids=chunk_ids, num_chunks=num_chunks)
+        fused = fused_summaries(self, q, k, v, segments=segments)
         if fused is not None:
             return fused
+        chunk_ids, num_chunks = segments.ids, segments.count
         B, H, N, d = q.shape
         index = chunk_ids[:, None, :, None].expand(B, H, N, d)
 
@@ -139,7 +138,7 @@ class ChunkSummaries(nn.Module):
 
         # segment softmax over the positions of each chunk, pads excluded
         omega_at = torch.cat([omega, omega.new_zeros(B, H, 1, d)], dim=2).gather(2, index)
-        logits = self._log_weights(omega_at, k)  # pads fall in the extra chunk, dropped below
+        logits = log_weights(omega_at, k, self.scale)  # pads fall in the extra chunk, dropped below
         ids = chunk_ids[:, None, :].expand(B, H, N)
         maxima = logits.new_zeros(B, H, num_chunks + 1).scatter_reduce_(
             2, ids, logits.detach(), reduce="amax", include_self=False
