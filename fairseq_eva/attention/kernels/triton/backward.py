@@ -45,6 +45,7 @@ def _weights_and_grad(s, seen, lse, delta, dp, keep, p_drop, DROPOUT: tl.constex
 def eva_backward_dq(
     Q, K, V, KS, BETA, OK, RPE, LENGTHS, SEED, Y, DY, LSE, DELTA, DQ,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, ssb, ssh, ssn, sbb, sbh, sbn, syb, syh, syn, sgb, sgh, sgn,
+    sdqb, sdqh, sdqn,
     H, N, C, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr, OVERLAP: tl.constexpr,
     CHUNKS_PER_BLOCK: tl.constexpr, NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, HAS_OK: tl.constexpr,
@@ -79,13 +80,13 @@ def eva_backward_dq(
         _, ds = _weights_and_grad(s, seen, lse[:, None], delta[:, None], dp, keep, p_drop, DROPOUT)
         dq += tl.dot(ds.to(ks.dtype), ks, input_precision="ieee")
 
-    tl.store(DQ + b * sqb + h * sqh + n[:, None] * sqn + dd[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=mask)
+    tl.store(DQ + b * sdqb + h * sdqh + n[:, None] * sdqn + dd[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def eva_backward_dkdv(
     Q, K, V, RPE, LENGTHS, SEED, DY, LSE, DELTA, DK, DV,
-    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn,
+    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, sgb, sgh, sgn, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
     H, N, d, p_drop, scale, scale_log2,
     WINDOW: tl.constexpr, OFFSET: tl.constexpr, WIDTH: tl.constexpr, CAUSAL: tl.constexpr,
     NUM_OFFSETS: tl.constexpr, HAS_RPE: tl.constexpr, DROPOUT: tl.constexpr, ALIGNED: tl.constexpr,
@@ -137,8 +138,8 @@ def eva_backward_dkdv(
             dv += tl.dot(p_kept.to(dy.dtype), dy, input_precision="ieee")
             dk += tl.dot(ds.to(q.dtype), q, input_precision="ieee")
 
-    tl.store(DK + b * skb + h * skh + m[:, None] * skn + dd[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + b * svb + h * svh + m[:, None] * svn + dd[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
+    tl.store(DK + b * sdkb + h * sdkh + m[:, None] * sdkn + dd[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b * sdvb + h * sdvh + m[:, None] * sdvn + dd[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit

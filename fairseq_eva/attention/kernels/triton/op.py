@@ -124,14 +124,6 @@ def _splits(tasks, programs):
     return max(1, min(tasks, PROGRAMS // max(1, programs)))
 
 
-def _with_gradient(t):
-    """(t, its gradient's buffer) with the same strides: the programs write a gradient with its input's strides.
-    The buffer is empty_like(t), as the fake says; for a view with gaps (the layer's q, k, v, views of one
-    B x N x 3 x H x d product) that is a dense layout of other strides, so t is cloned into it."""
-    grad = torch.empty_like(t)
-    return (t if t.stride() == grad.stride() else t.clone()), grad
-
-
 def table_gradient(d_grid, window, width):
     """H x w x width (query i, local column j) -> H x (w + width - 1), summed by offset j - i + w - 1.
     Row i is shifted right by w - 1 - i through a reshape (the relative-shift trick): no scatter, no atomics."""
@@ -163,7 +155,9 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, ls
     lengths = _lengths(lengths, B, N, q.device)
     bm, bn = _tiles(block_m or BACKWARD_TILE[0], block_n or BACKWARD_TILE[1], window)
     bd = max(MIN_DOT, _pow2(d))
-    (q, dq), (k, dk), (v, dv) = (_with_gradient(t) for t in (q, k, v))
+    # empty_like, as the fake says: for the layer's q, k, v (views with gaps of one B x N x 3 x H x d product) a dense
+    # layout of other strides, which the programs are given
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
     delta = torch.empty_like(lse)
     flags = dict(WINDOW=window, WIDTH=width, CAUSAL=causal, DROPOUT=dropout > 0, ALIGNED=_aligned(window, offset, width, bn),
                  BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=NUM_WARPS)
@@ -172,7 +166,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, ls
     _launch(eva_backward_dq, eva_backward_dq_tuned, lambda bm, bn: (N // window * triton.cdiv(window, bm), B * H),
             (bm, bn) if block_m or block_n or not TUNED else None,
             q, k, v, ks, bt, ok, table, lengths, seed, y, grad, lse, delta, dq,
-            *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad),
+            *_strides(q), *_strides(k), *_strides(v), *summary_strides, *_strides(y), *_strides(grad), *_strides(dq),
             *common, C, d, drop, scale, scale * LOG2E.value,
             WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, OVERLAP=int(overlap), CHUNKS_PER_BLOCK=chunks_per_block,
             NUM_OFFSETS=window + width - 1, HAS_RPE=rpe is not None, HAS_OK=chunk_ok is not None, DROPOUT=dropout > 0,
@@ -180,7 +174,7 @@ def backward(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, ls
     _launch(eva_backward_dkdv, eva_backward_dkdv_tuned, lambda bm, bn: (triton.cdiv(N, bn), B * H),
             (bm, bn) if block_m or block_n or not TUNED else None,
             q, k, v, table, lengths, seed, grad, lse, delta, dk, dv,
-            *_strides(q), *_strides(k), *_strides(v), *_strides(grad),
+            *_strides(q), *_strides(k), *_strides(v), *_strides(grad), *_strides(dk), *_strides(dv),
             *common, d, drop, scale, scale * LOG2E.value,
             WINDOW=window, OFFSET=offset, WIDTH=width, CAUSAL=causal, NUM_OFFSETS=window + width - 1,
             HAS_RPE=rpe is not None, DROPOUT=dropout > 0, BLOCK_D=bd)
@@ -253,10 +247,13 @@ def _setup_context(ctx, inputs, output):
     q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, *layout = inputs
     ctx.save_for_backward(q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, *output)
     ctx.layout = layout  # window ... block_n, the op's scalars
+    ctx.set_materialize_grads(False)  # lse's gradient stays None: no tensor of zeros made for it each call
 
 
 def _backward(ctx, grad, grad_lse):
     """lse is not differentiable (its gradient is ignored): the layer uses only y."""
+    if grad is None:  # y was not used either
+        return (None,) * (9 + len(ctx.layout))
     q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, lse = ctx.saved_tensors
     *layout, block_m, block_n = ctx.layout
     grads = attention_backward_op(grad, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, seed, y, lse, *layout,
