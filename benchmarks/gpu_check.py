@@ -52,12 +52,13 @@ from fairseq_eva.attention import EVAAttention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "data", "sample")
-PARTS = ("correctness", "speed_tokens", "speed_batch1", "paper_configs", "clean_exit", "profile")
+PARTS = ("correctness", "speed_tokens", "speed_batch1", "modes", "paper_configs", "clean_exit", "profile")
 # seconds per part on an H100 / H200, from the H200 runs of docs/results.md ("How fast on a GPU?"; with the Triton
 # kernel's first compiles, correctness needs about 120 s, a speed table about 100 s,
 # a paper config 30 s, or 65 s for EVA's first, which compiles).
-BUDGETS = {"correctness": 130, "speed_tokens": 110, "speed_batch1": 45, "paper_configs": 280, "clean_exit": 100,
-           "profile": 60}
+# modes: not yet run on a GPU; 200 s is a guess of torch.compile's first compiles (about 20 s each) for 8 rows.
+BUDGETS = {"correctness": 130, "speed_tokens": 110, "speed_batch1": 45, "modes": 200, "paper_configs": 280,
+           "clean_exit": 100, "profile": 60}
 KERNELS = ("triton", "fused", "blockwise")  # the kernels that run on CUDA, the new one first
 OUT_OF_TIME = "skipped: the part's time budget ran out"
 # relative error bounds per precision (outputs and gradients)
@@ -86,6 +87,11 @@ PROFILE_LAYERS = {
     "eva-causal+dropout": lambda kernel: baselines.eva_causal(D_MODEL, HEADS, CAUSAL_WINDOW, CHUNK_SIZE, dropout=0.1,
                                                               kernel=kernel),
 }
+# the layer as users run it: eager, and under each --eva-compile mode, beside the SDPA layers (eager, as fairseq runs them)
+MODE_LAYERS = ("sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout")
+# the speed tables' numbers before the layer's host work was cut (eager), which the modes table sets beside its own
+BEFORE = [os.path.join("benchmarks", "results", "gpu", "triton_check", name) for name in
+          ("correctness_speed_tokens.json", "speed_batch1_paper_configs_clean_exit.json")]
 # (config, data, EVA's softmax twin); the language models' adaptive input and softmax cutoffs are set for
 # the sample's 8000 words
 PAPER_CONFIGS = [("wikitext103_eva_16l", "lm", "wikitext103_softmax_16l"), ("wmt14_en_de_eva16", "mt", "wmt14_en_de_softmax"),
@@ -98,6 +104,8 @@ TARGETS = [
     *[("memory ratio", m, base, N, 1.2, "max") for m, base in (("eva", "sdpa"), ("eva+rpe+dropout", "sdpa"),
                                                                ("eva-causal", "sdpa-causal"),
                                                                ("eva-causal+rpe+dropout", "sdpa-causal")) for N in (8192, 32768)],
+    *[("time ratio, fastest mode, batch 1", m, base, 1024, 1.3, "max") for m, base in (("eva", "sdpa"),
+                                                                                       ("eva-causal", "sdpa-causal"))],
     ("words/s ratio", "mlm_eva_4096", "mlm_softmax_4096", None, 1.5, "min"),
     ("words/s ratio", "wikitext103_eva_16l", "wikitext103_softmax_16l", None, 1.0, "min"),
     ("words/s ratio", "wmt14_en_de_eva16", "wmt14_en_de_softmax", None, 0.95, "min"),
@@ -108,12 +116,14 @@ def settings(smoke):
     """What each part runs: the GPU check, or the same code at tiny sizes on the CPU (--smoke)."""
     if smoke:
         return dict(device="cpu", precisions=("float32", "autocast-bfloat16"), draws=100, dtype="float32", tokens=512,
-                    token_lengths=[256, 512], batch1_lengths=[128, 256], profile_shape=(256, 2), repeats=1, min_time=0.0,
+                    token_lengths=[256, 512], batch1_lengths=[128, 256], profile_shape=(256, 2), mode_shapes=[(256, 2)],
+                    modes=("none", "default"), repeats=1, min_time=0.0,
                     updates=3, log_interval=1, exit_updates=3, run_timeout=300, train=["--cpu"],
                     hydra=["common.cpu=true", "common.fp16=false"])
     return dict(device="cuda", precisions=tuple(BOUNDS), draws=400, dtype="bfloat16", tokens=65536,
                 token_lengths=[1024, 2048, 4096, 8192, 16384, 32768], batch1_lengths=[1024, 2048, 4096, 8192, 16384, 32768],
-                profile_shape=(8192, 8), repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200,
+                profile_shape=(8192, 8), mode_shapes=[(8192, 8), (1024, 1)], modes=("none", "reduce-overhead", "default"),
+                repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200,
                 run_timeout=75, train=["--fp16"], hydra=[])
 
 
@@ -492,6 +502,89 @@ def kernel_times(events):
     return (sum(by_name.values()), by_name) if by_name else (None, {})
 
 
+def layer_flops(mechanism, batch, N):
+    """FLOPs of the whole layer, forward + backward: the four D x D projections (2 D^2 a token each way, the
+    backward twice the forward) and the attention."""
+    return 24 * batch * N * D_MODEL * D_MODEL + attention_flops(mechanism, batch, N)
+
+
+def recorded_times(paths):
+    """(N, batch, layer) -> (fwd + bwd ms, commit) from earlier GPU checks' speed tables (gpu_check.json files)."""
+    found = {}
+    for path in paths:
+        path = os.path.join(REPO, path)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            record = json.load(f)
+        meta = os.path.join(os.path.dirname(path), "meta.json")
+        commit = json.load(open(meta))["commit"] if os.path.exists(meta) else record["versions"]["commit"]
+        for key in ("speed_tokens", "speed_batch1"):
+            for r in record.get(key, {}).get("rows", []):
+                if "layer_s" in r:
+                    found[(r["N"], r["batch"], r["mechanism"])] = (1e3 * r["layer_s"], commit)
+    return found
+
+
+def mode_rows(shapes, modes):
+    """(N, batch, layer, mode) in the order the part measures them: every layer eager first (cheap), then the
+    compiled EVA layers, mode by mode (each first call compiles)."""
+    eager = [(N, B, name, "none") for N, B in shapes for name in MODE_LAYERS]
+    compiled = [(N, B, name, mode) for mode in modes if mode != "none" for N, B in shapes
+                for name in MODE_LAYERS if name.startswith("eva")]
+    return eager + compiled
+
+
+def modes_part(shapes, modes, kernel, device, dtype, deadline, emit, before=()):
+    """The layer as users run it: each row's time a call, host and GPU time, the whole layer's TFLOPS, the time of
+    its first call (compiling, for a compiled mode), against the same layer eager, SDPA eager, and `before`."""
+    recorded = recorded_times(before)
+    rows, inputs = [], {}
+    for N, batch, name, mode in mode_rows(shapes, modes):
+        row = dict(N=N, batch=batch, mechanism=name, mode=mode)
+        if time.monotonic() > deadline:
+            row["error"] = OUT_OF_TIME
+        else:
+            if (N, batch) not in inputs:
+                torch.manual_seed(0)
+                x = torch.randn(batch, N, D_MODEL, device=device, dtype=dtype, requires_grad=True)
+                inputs = {(N, batch): (x, torch.randn_like(x))}  # one shape's inputs at a time
+            x, grad = inputs[(N, batch)]
+            try:
+                layer = LAYERS[name](kernel).to(device, dtype).train()
+                if mode != "none":
+                    layer.compile = mode  # EVAAttention(compile=mode), as --eva-compile builds it
+                start = time.perf_counter()
+                speed.layer_call(layer, x, grad)()
+                common.synchronize(device)
+                row["first_call_s"] = time.perf_counter() - start
+                row.update(profile_layer(layer, x, grad, device, calls=10))
+                row["tflops"] = layer_flops(name, batch, N) / (row["wall_ms"] / 1e3) / 1e12
+            except Exception as error:  # one failing row (a compile error, out of memory) does not cost the others
+                row["error"] = (str(error).splitlines() or [repr(error)])[0][:300]
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        if (N, batch, name) in recorded and mode == "none":
+            row["before_ms"], row["before_commit"] = recorded[(N, batch, name)]
+        rows.append(row)
+        emit(rows)
+    return rows
+
+
+def mode_ratios(rows):
+    """Each measured row's time against the same layer eager and against SDPA eager (its causal twin for causal)."""
+    times = {(r["N"], r["batch"], r["mechanism"], r["mode"]): r["wall_ms"] for r in rows if "wall_ms" in r}
+    out = []
+    for (N, batch, name, mode), ms in times.items():
+        if not name.startswith("eva"):
+            continue
+        sdpa = times.get((N, batch, "sdpa-causal" if "causal" in name else "sdpa", "none"))
+        eager = times.get((N, batch, name, "none"))
+        out.append(dict(N=N, batch=batch, mechanism=name, mode=mode, vs_sdpa=ms / sdpa if sdpa else None,
+                        vs_eager=ms / eager if eager else None))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ fairseq
 
 
@@ -652,6 +745,10 @@ def targets(result):
     for quantity, mech, base, N, bound, kind in TARGETS:
         if quantity == "words/s ratio":
             value = wps.get(mech, float("nan")) / wps.get(base, float("nan"))
+        elif quantity.startswith("time ratio, fastest mode"):
+            found_modes = [r["vs_sdpa"] for r in result.get("modes", {}).get("ratios", [])
+                           if (r["mechanism"], r["N"], r["batch"]) == (mech, N, 1) and r["vs_sdpa"]]
+            value = min(found_modes, default=None)
         else:
             s = found.get((mech, base, N), {})
             value = {"speed-up": s.get("layer_speedup"), "memory ratio": s.get("memory_ratio"),
@@ -710,6 +807,27 @@ def summary(result):
         for s in part["ratios"]:
             lines.append(f"| {s['N']} | {s['mechanism']} vs {s['baseline']} | {s['layer_speedup']:.2f}x | "
                          f"{number(s.get('memory_ratio'), '.2f')} |")
+        lines.append("")
+    part = result.get("modes")
+    if part:
+        lines += [f"## The layer as users run it: eager and compiled (--eva-compile), forward + backward, "
+                  f"{result['settings']['dtype']}", "",
+                  "ms a call: wall clock, synchronised; host ms: the process's CPU time a call; GPU ms: its kernels' time "
+                  "(torch.profiler); TFLOPS: the whole layer's FLOPs (projections and attention) over its time; first call: "
+                  "compiling included; before: the same layer eager in an earlier check, at its commit.", "",
+                  "| N | batch | layer | mode | ms a call | host ms | GPU ms | TFLOPS | first call s | vs eager | vs SDPA | "
+                  "before ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        found = {(r["N"], r["batch"], r["mechanism"], r["mode"]): r for r in part["ratios"]}
+        for r in part["rows"]:
+            before = f"{r['before_ms']:.2f} ({r['before_commit']})" if "before_ms" in r else "-"
+            if "error" in r:
+                lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {r['mode']} | {r['error']} | | | | | | | "
+                             f"{before} |")
+                continue
+            x = found.get((r["N"], r["batch"], r["mechanism"], r["mode"]), {})
+            lines.append(f"| {r['N']} | {r['batch']} | {r['mechanism']} | {r['mode']} | {r['wall_ms']:.2f} | "
+                         f"{r['host_ms']:.2f} | {number(r['gpu_ms'], '.2f')} | {r['tflops']:.3g} | {r['first_call_s']:.1f} | "
+                         f"{number(x.get('vs_eager'), '.2f')} | {number(x.get('vs_sdpa'), '.2f')} | {before} |")
         lines.append("")
     part = result.get("profile")
     if part:
@@ -840,12 +958,23 @@ def main(argv=None):
         profile_part(N, batch, args.speed_kernel, device, dtype, deadline, emit)
         return "ok"
 
+    def run_modes(deadline):
+        part = result["modes"] = {"kernel": args.speed_kernel, "rows": [], "ratios": []}
+
+        def emit(rows):
+            part.update(rows=rows, ratios=mode_ratios(rows))
+            write(result, out)
+
+        modes_part(s["mode_shapes"], s["modes"], args.speed_kernel, device, dtype, deadline, emit, before=BEFORE)
+        return "ok"
+
     def lengths(default):
         return [N for N in default if N in args.lengths] if args.lengths else default
 
     steps = {"correctness": run_correctness,
              "speed_tokens": run_speed("speed_tokens", [(N, s["tokens"] // N) for N in lengths(s["token_lengths"])]),
              "speed_batch1": run_speed("speed_batch1", [(N, 1) for N in lengths(s["batch1_lengths"])]),
+             "modes": run_modes,
              "paper_configs": run_fairseq("paper_configs", lambda *a: paper_configs(*a, configs=args.configs)),
              "clean_exit": run_fairseq("clean_exit", clean_exit_check),
              "profile": run_profile}

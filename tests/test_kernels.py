@@ -66,3 +66,21 @@ def test_a_refusal_names_every_reason():
                                   "not installed"]
     assert spec.refusal(torch.empty(1, 1, 1, 1, dtype=torch.float16, device="meta"), needs_grad=False, dropout=0.0,
                         bias_grad=False) == "it runs on cuda, not meta; its own check; not installed"
+
+
+def test_a_kernel_that_torch_compile_cannot_trace_is_refused_before_compiling():
+    """Pinned with compile on: refused when the layer is built. Under "auto": a compiled call takes only kernels that
+    torch.compile traces, and when none of them takes the call, the layer says why before anything compiles."""
+    from fairseq_eva.attention import EVAAttention
+
+    untraceable = sorted(name for name, spec in KERNELS.items() if not spec.compiles)
+    assert "c_loop" in untraceable and "blockwise" in untraceable
+    for name in untraceable:
+        with pytest.raises(ValueError, match=f"compile 'default' needs a kernel that torch.compile traces.*'{name}'"):
+            EVAAttention(16, 2, window_size=4, num_chunks=2, kernel=name, compile="default")
+    layer = EVAAttention(16, 2, window_size=4, num_chunks=2, use_rpe=True, dropout=0.1, compile="default").train()
+    with pytest.raises(ValueError, match="c_loop: torch.compile cannot trace it .*blockwise: torch.compile cannot trace it"):
+        layer(torch.randn(1, 8, 16, requires_grad=True))
+    q = torch.empty(1, 1, 1, 1)
+    assert KERNELS["c_loop"].refusal(q, needs_grad=False, dropout=0.0, bias_grad=False, compiling=True) == \
+        "torch.compile cannot trace it"

@@ -105,6 +105,9 @@ def check_options(
     need(kernel == "auto" or kernel in KERNELS,
          f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
     need(compile in COMPILE_MODES, f"{name('compile')} must be one of {', '.join(COMPILE_MODES)}; got {compile!r}")
+    need(compile == "none" or kernel not in KERNELS or KERNELS[kernel].compiles,
+         f"{name('compile')} {compile!r} needs a kernel that torch.compile traces: {name('kernel')} auto or one of "
+         f"{', '.join(n for n, spec in KERNELS.items() if spec.compiles)}; {kernel!r} is not one")
     window = name("window_size")
     if causal:
         need(window_size >= 1, f"{window} must be at least 1 in causal EVA, got {window_size}")
@@ -236,7 +239,7 @@ class EVAAttention(nn.Module):
             order, lengths, is_pad = padding_order(key_padding_mask)
             x = x.gather(1, order.unsqueeze(-1).expand_as(x))
         q, k, v = self.project(x)
-        y = self._attention()(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
+        y = self._attention(q)(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
         if lengths is not None:
             y = y.masked_fill(is_pad, 0)
             y = torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand_as(y), y)
@@ -247,10 +250,14 @@ class EVAAttention(nn.Module):
         the numbers of real tokens, which come first (None: all real)."""
         return self._causal(q, k, v) if self.causal else self._bidirectional(q, k, v, lengths)
 
-    def _attention(self):
-        """self.attention, or its compiled form (the `compile` option)."""
+    def _attention(self, q):
+        """self.attention, or its compiled form (the `compile` option). A kernel that refuses q inside the compiled
+        function reaches the user wrapped in torch._dynamo's error: refused here instead, in its own words."""
         if self.compile == "none":
             return self.attention
+        grad = torch.is_grad_enabled() and q.requires_grad
+        rpe_grad = grad and self.rpe is not None and any(p.requires_grad for p in self.rpe.parameters())
+        choose(self.kernel, q, needs_grad=grad, dropout=self._dropout_p(), bias_grad=rpe_grad, compiling=True)
         return functools.partial(compiled_attention(self.compile), self)
 
     def _split_heads(self, x):

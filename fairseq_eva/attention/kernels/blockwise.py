@@ -235,6 +235,7 @@ register(KernelSpec(
     run=attention,
     devices=frozenset({"cpu", "cuda"}),
     dtypes=frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64}),
+    compiles=False,  # its groups depend on the lengths' values (data-dependent shapes)
     summary="groups of blocks in torch's products and PyTorch passes, recomputed in the backward: everything, "
             "any device, linear memory; the fallback",
 ))

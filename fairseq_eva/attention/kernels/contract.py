@@ -60,6 +60,7 @@ class KernelSpec:
     backward: bool = True  # can train (autograd through q, k, v, the summaries)
     dropout: bool = True  # takes attention dropout > 0
     bias_grad: bool = True  # gives the RPE table its gradient
+    compiles: bool = True  # torch.compile(fullgraph=True) traces it (the layer's `compile` option)
     unavailable: Callable[[], Optional[str]] = lambda: None
     summary: str = ""
     # what depends on the call beyond the fields above (torch's fused CPU kernel takes no dropout, its CUDA one
@@ -67,9 +68,11 @@ class KernelSpec:
     check: Callable[..., Optional[str]] = lambda q, **call: None
 
     def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
-                layout: Optional[BlockLayout] = None) -> Optional[str]:
+                layout: Optional[BlockLayout] = None, compiling: bool = False) -> Optional[str]:
         """Every reason this kernel cannot compute this call, joined by "; ", or None when it can (layout None: any
         layout): a user who fixes one learns the others at once."""
+        if compiling and not self.compiles:  # its other checks may not trace either
+            return "torch.compile cannot trace it"
         reasons = []
         if q.device.type not in self.devices:
             reasons.append(f"it runs on {'/'.join(sorted(self.devices))}, not {q.device.type}")
@@ -105,10 +108,12 @@ def register(spec: KernelSpec) -> KernelSpec:
 
 
 def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
-           layout: Optional[BlockLayout] = None) -> KernelSpec:
-    """The kernel that computes this call: `name`, or for "auto" the first of AUTO_ORDER[device] that accepts it.
-    A named kernel that cannot raises a ValueError that says why."""
-    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
+           layout: Optional[BlockLayout] = None, compiling: Optional[bool] = None) -> KernelSpec:
+    """The kernel that computes this call: `name`, or for "auto" the first of AUTO_ORDER[device] that accepts it
+    (under torch.compile, or for a call about to be compiled, one that it traces). A named kernel that cannot raises
+    a ValueError that says why."""
+    compiling = torch.compiler.is_compiling() if compiling is None else compiling
+    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad, layout=layout, compiling=compiling)
     if name != "auto":
         if name not in KERNELS:
             raise ValueError(f"unknown EVA kernel {name!r}; one of: auto, {', '.join(KERNELS)}")

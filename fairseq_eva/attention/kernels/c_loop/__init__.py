@@ -110,6 +110,7 @@ register(KernelSpec(
     devices=frozenset({"cpu"}),
     dtypes=frozenset({torch.float32}),
     unavailable=build.unavailable,
+    compiles=False,  # a C extension loaded from disk at its first call
     summary="the blockwise kernel as one compiled C loop calling torch's sgemm: float32 on the CPU, everything; the "
             "fastest there",
 ))
