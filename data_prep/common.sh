@@ -18,13 +18,15 @@ need_file() {
         [[ -s $f ]] || die "input file $f is empty (0 bytes)"
     done
 }
-# need_text FILE...: each file holds text, not only blank lines (which would give an empty vocabulary)
+# need_text FILE...: each file holds UTF-8 text, not only blank lines (which would give an empty vocabulary);
+# other bytes would be altered without a word further on (data_prep/utf8_check.py)
 need_text() {
     local f
     for f in "$@"; do
         need_file "$f"
         grep -q '[^[:space:]]' "$f" || die "input file $f holds only blank lines"
     done
+    "$PYTHON" "$HERE/utf8_check.py" "$@" || exit 1
 }
 need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
 

@@ -277,6 +277,57 @@ def test_prepare_scripts_refuse_empty_training_text(script, text, says, tmp_path
     assert not work.exists() and not dest.exists()
 
 
+
+@pytest.mark.parametrize("script", sorted(RAW_FILES))
+def test_prepare_scripts_refuse_text_that_is_not_utf8(script, tmp_path):
+    """A Latin-1 line stops each script with one line naming the file and the line, before it creates anything
+    (it used to go through as U+FFFD or odd pieces, with exit 0)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    folder = "po_en_de" if script == "prepare_wmt14_en_de.sh" else "doc_en"
+    for name in RAW_FILES[script]:
+        head(f"{SAMPLE}/{folder}/{name}", raw / name, 30)
+    bad = raw / RAW_FILES[script][-1]  # the last file checked: the earlier ones pass
+    with open(bad, "ab") as f:
+        f.write("Caf\u00e9 au lait\n".encode("latin-1"))
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", f"data_prep/{script}", "--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [f"error: {bad} line 31 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it "
+                                     "to UTF-8 (e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
+    assert not work.exists() and not dest.exists()
+
+
+@pytest.mark.parametrize("cmd", [["moses.py", "tokenize", "-l", "en"], ["moses.py", "tokenize", "-l", "en", "-j", "2"],
+                                 ["mlm_text.py", "encode", "--gpt2", "GPT2"]])
+def test_text_tools_refuse_stdin_that_is_not_utf8(cmd, tmp_path):
+    """Run by themselves, the tools that read standard input stop on the first line that is not UTF-8."""
+    from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    (tmp_path / "encoder.json").write_text(json.dumps({c: i for i, c in enumerate(bytes_to_unicode().values())}))
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n")
+    cmd = [str(tmp_path) if c == "GPT2" else c for c in cmd]
+    r = subprocess.run([sys.executable, f"data_prep/{cmd[0]}", *cmd[1:]], cwd=ROOT, input=b"fine\nCaf\xe9\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
+    assert r.stderr.decode().splitlines()[-1] == (
+        "error: standard input line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line")
+
+
+def test_utf8_check_finds_the_line_across_blocks(tmp_path, monkeypatch):
+    """Lines are counted across the blocks the file is read in, and a character cut by a block end is not an error."""
+    import utf8_check
+
+    monkeypatch.setattr(utf8_check, "BLOCK", 7)
+    path = tmp_path / "t.txt"
+    path.write_bytes("na\u00efve caf\u00e9\n\u00fcber\n\nok\n".encode() + b"x \xff\n")
+    with pytest.raises(utf8_check.NotUtf8, match=r"t\.txt line 5 is not UTF-8 \(byte 0xff at byte 3 of the line\)"):
+        utf8_check.check_file(path)
+    path.write_bytes("na\u00efve caf\u00e9\n\u00fcber".encode())  # no newline at the end
+    utf8_check.check_file(path)
+
+
 # ---------------------------------------------------------------- Wikitext-103
 
 
