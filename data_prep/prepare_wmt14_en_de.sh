@@ -60,6 +60,7 @@ if [[ -n $RAW ]]; then
 elif [[ -n $LOCAL ]]; then
     for url in "${URLS[@]}"; do need_file "$LOCAL/$(basename "$url")"; done
 fi
+made_here "$WORK"/{raw,tok,bpe,extracted} "$DEST.tmp"  # not $WORK/orig: downloads stay
 mkdir -p "$WORK/raw" "$WORK/tok" "$WORK/bpe"
 src=en tgt=de
 
@@ -79,7 +80,8 @@ else
     mkdir -p "$X"
     for url in "${URLS[@]}"; do
         echo "extracting $(basename "$url")"
-        tar -xzf "$ORIG/$(basename "$url")" -C "$X"
+        tar -xzf "$ORIG/$(basename "$url")" -C "$X" \
+            || die "cannot extract $ORIG/$(basename "$url") (damaged or incomplete?): download it again"
     done
     for l in $src $tgt; do
         : > "$WORK/raw/train.$l"

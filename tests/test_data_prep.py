@@ -328,6 +328,54 @@ def test_utf8_check_finds_the_line_across_blocks(tmp_path, monkeypatch):
     utf8_check.check_file(path)
 
 
+
+@pytest.mark.parametrize("mistake", ["mismatched pairs", "corrupt archive"])
+def test_a_failed_wmt14_prep_leaves_nothing_new(mistake, tmp_path):
+    """What the run made (the work folders, the folders above them) goes when it fails; what was there stays."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            head(f"{SAMPLE}/po_en_de/{split}.{lang}", raw / f"{split}.{lang}", 29 if (split, lang) == ("valid", "de") else 30)
+    if mistake == "mismatched pairs":
+        args, says = ["--raw", str(raw)], "error: valid.en has 30 lines but valid.de has 29"
+    else:
+        (tmp_path / "archives").mkdir()
+        for url in ("training-parallel-europarl-v7", "training-parallel-commoncrawl", "training-parallel-nc-v9",
+                    "dev", "test-full"):
+            (tmp_path / "archives" / f"{url}.tgz").write_bytes(b"not a tar archive")
+        args, says = ["--local", str(tmp_path / "archives")], "cannot extract"
+    work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", *args], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert not (tmp_path / "new").exists()
+    # a work folder that was there keeps what it held (downloads above all); what the run made goes
+    (work / "orig").mkdir(parents=True)
+    (work / "orig" / "dev.tgz").write_bytes(b"a download")
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", *args], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "new").rglob("*")) == \
+        ["new/work", "new/work/orig", "new/work/orig/dev.tgz"]
+
+
+
+@pytest.mark.parametrize("script, args, env, says", [
+    ("prepare_mlm.sh", ["--raw", "RAW"], {"BPE": "bogus"}, "BPE must be sentencepiece or gpt2, not bogus"),
+    ("prepare_wikitext103.sh", ["--local", "LOCAL"], {}, "cannot extract")])
+def test_the_other_failed_preps_leave_nothing_new(script, args, env, says, tmp_path):
+    raw, local = tmp_path / "raw", tmp_path / "local"
+    raw.mkdir()
+    local.mkdir()
+    for split in ("train", "valid", "test"):
+        head(f"{SAMPLE}/doc_en/{split}.txt", raw / f"{split}.txt", 30)
+    (local / "wikitext-103-v1.zip").write_bytes(b"not a zip archive")
+    args = [{"RAW": str(raw), "LOCAL": str(local)}.get(a, a) for a in args]
+    work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
+    r = run(["bash", f"data_prep/{script}", *args], {"WORK": str(work), "DEST": str(dest), **env}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert not (tmp_path / "new").exists()
+
+
 # ---------------------------------------------------------------- Wikitext-103
 
 
