@@ -99,8 +99,7 @@ run_training() {
     echo "config $config: $world process(es) ($nproc per node x $nnodes node(s), $gpus GPU(s)), $batch_key $per_device, update_freq $uf"
     echo "+ $(shell_words "${cmd[@]}")"
     [[ ${DRY_RUN:-0} == 1 ]] && return 0
-    mkdir -p "$SAVE_DIR"
-    "${cmd[@]}"
+    "${cmd[@]}"  # the save dir is made by hydra or fairseq, where the overrides say
 }
 
 # Help text shared by the training scripts.

@@ -162,3 +162,17 @@ def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
     ckpts.mkdir()
     r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "10"})
     assert r.returncode != 0 and "found 0 epoch checkpoints" in r.stderr
+
+
+def test_a_save_dir_override_makes_no_default_folder(tmp_path, tmp_path_factory):
+    """`train_wmt14.sh VARIANT checkpoint.save_dir=X` trains into X: the default SAVE_DIR is not made; and the run,
+    stopped by a misspelled key before training, leaves no X either."""
+    from fairseq_helpers import translation_data
+
+    data = str(translation_data(tmp_path_factory)["bin"])
+    default, chosen = tmp_path / "default", tmp_path / "chosen"
+    r = run(["bash", "scripts/train_wmt14.sh", "eva16", f"checkpoint.save_dir={chosen}", "+model.eva_windw_size=8"],
+            {"DATA": data, "SAVE_DIR": str(default), "NGPUS": "0"})
+    assert r.returncode != 0
+    assert "model.eva_windw_size is not an option of transformer_eva_wmt_en_de" in r.stderr + r.stdout
+    assert not default.exists() and not chosen.exists()
