@@ -176,3 +176,16 @@ def test_a_save_dir_override_makes_no_default_folder(tmp_path, tmp_path_factory)
     assert r.returncode != 0
     assert "model.eva_windw_size is not an option of transformer_eva_wmt_en_de" in r.stderr + r.stdout
     assert not default.exists() and not chosen.exists()
+
+
+@pytest.mark.parametrize("script, variant, prep", [("train_wmt14.sh", "eva16", "prepare_wmt14_en_de.sh"),
+                                                   ("train_wikitext103.sh", "eva_16l", "prepare_wikitext103.sh"),
+                                                   ("train_mlm.sh", "eva_2048", "prepare_mlm.sh")])
+def test_a_dry_run_needs_no_data(script, variant, prep, tmp_path):
+    """DRY_RUN=1 prints the command without the data, and says that the data is not there yet."""
+    missing = tmp_path / "data-bin"
+    r = run(["bash", f"scripts/{script}", variant], {"DRY_RUN": "1", "DATA": str(missing), "NGPUS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].startswith("+ fairseq-hydra-train ") and f"task.data={missing}" in r.stdout
+    assert f"note: no binarised data in '{missing}' (no dict*.txt) yet: run data_prep/{prep} before the command" in r.stderr
+    assert not missing.exists()
