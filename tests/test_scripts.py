@@ -158,10 +158,21 @@ def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
 
 
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
+    """Too few epoch checkpoints to average: one line that offers N_AVG=0 (no averaging) and the count there is."""
     ckpts = tmp_path / "ckpts"
     ckpts.mkdir()
     r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "10"})
-    assert r.returncode != 0 and "found 0 epoch checkpoints" in r.stderr
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ckpts} holds 0 epoch checkpoints (checkpoint<N>.pt), fewer than N_AVG=10: "
+        "set N_AVG=0 to evaluate its checkpoint_best.pt without averaging"]
+    for name in ("checkpoint1.pt", "checkpoint2.pt", "checkpoint_last.pt", "checkpoint_1_500.pt"):
+        (ckpts / name).write_text("x")
+    r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "3"})
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ckpts} holds 2 epoch checkpoints (checkpoint<N>.pt), fewer than N_AVG=3: "
+        "set N_AVG=2 to average those, or N_AVG=0 to evaluate its checkpoint_best.pt without averaging"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint1.pt", "checkpoint2.pt", "checkpoint_1_500.pt",
+                                                      "checkpoint_last.pt"]
 
 
 def test_a_save_dir_override_makes_no_default_folder(tmp_path, tmp_path_factory):
