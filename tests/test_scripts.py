@@ -155,6 +155,9 @@ def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
     assert "fairseq-eval-lm failed on valid, context window 0" in r.stderr
     assert f"{bad} is not a fairseq checkpoint" in r.stderr  # the end of its log is shown
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_best.pt"]
+    r = run(["bash", "scripts/eval_lm.sh", str(bad)], {"DATA": data, "NGPUS": "0", "CONTEXTS": "0",
+                                                       "OUT": str(tmp_path / "results")})
+    assert r.returncode != 0 and not (tmp_path / "results").exists()  # an OUT it made goes too
 
 
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
