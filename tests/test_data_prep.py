@@ -376,6 +376,26 @@ def test_the_other_failed_preps_leave_nothing_new(script, args, env, says, tmp_p
     assert not (tmp_path / "new").exists()
 
 
+
+def test_make_sample_refuses_text_that_is_not_utf8(tmp_path):
+    source = tmp_path / "corpora"
+    for folder, names in (("po_en_de", [f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de")]),
+                          ("doc_en", [f"{s}.txt" for s in ("train", "valid", "test")])):
+        (source / folder).mkdir(parents=True)
+        for name in names:
+            (source / folder / name).write_text("fine\n")
+    (source / "doc_en" / "test.txt").write_bytes(b"fine\nCaf\xe9\n")
+    out = tmp_path / "sample"
+    r = run([sys.executable, "data_prep/make_sample.py", "--source", str(source), "--out", str(out)], ok=False)
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {source}/doc_en/test.txt line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
+    assert not out.exists()
+    (source / "doc_en" / "test.txt").unlink()
+    r = run([sys.executable, "data_prep/make_sample.py", "--source", str(source), "--out", str(out)], ok=False)
+    assert r.stderr.splitlines() == [f"error: missing input file {source}/doc_en/test.txt"] and not out.exists()
+
+
 # ---------------------------------------------------------------- Wikitext-103
 
 
