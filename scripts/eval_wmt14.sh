@@ -37,6 +37,8 @@ read -r -a GEN_ARGS <<< "${GEN_ARGS:-}"
 REF=${REF:-$DATA/raw.$SUBSET.de}
 need_cmd fairseq-generate
 need_data "$DATA" data_prep/prepare_wmt14_en_de.sh
+# sacreBLEU reads the reference as UTF-8: say so now, not with a traceback after the translation
+[[ -s $REF ]] && { "$PYTHON" "$ROOT/data_prep/utf8_check.py" "$REF" || exit 1; }
 
 if [[ -d $1 ]]; then
     OUT=${OUT:-$1}

@@ -160,6 +160,16 @@ def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
     assert r.returncode != 0 and not (tmp_path / "results").exists()  # an OUT it made goes too
 
 
+def test_eval_wmt14_refuses_a_reference_that_is_not_utf8(tmp_path, data):
+    ref = tmp_path / "ref.de"
+    ref.write_bytes(b"Gut.\nCaf\xe9\n")
+    (tmp_path / "checkpoint.pt").write_text("x")
+    r = run(["bash", "scripts/eval_wmt14.sh", str(tmp_path / "checkpoint.pt")], {"DATA": data, "REF": str(ref)})
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ref} line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
+
+
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
     """Too few epoch checkpoints to average: one line that offers N_AVG=0 (no averaging) and the count there is."""
     ckpts = tmp_path / "ckpts"
