@@ -85,12 +85,12 @@ else
     done
     for l in $src $tgt; do
         : > "$WORK/raw/train.$l"
-        for c in "${CORPORA[@]}"; do need_file "$X/$c.$l"; cat "$X/$c.$l" >> "$WORK/raw/train.$l"; done
-        need_file "$X/dev/newstest2013.$l"
+        for c in "${CORPORA[@]}"; do need_text "$X/$c.$l"; cat "$X/$c.$l" >> "$WORK/raw/train.$l"; done
+        need_text "$X/dev/newstest2013.$l"
         cp "$X/dev/newstest2013.$l" "$WORK/raw/valid.$l"
         if [[ $l == "$src" ]]; then t=src; else t=ref; fi
         sgm=$X/test-full/newstest2014-deen-$t.$l.sgm
-        need_file "$sgm"
+        need_text "$sgm"
         grep '<seg id' "$sgm" | sed -e 's/<seg id="[0-9]*">\s*//g' -e 's/\s*<\/seg>\s*//g' -e "s/\’/\'/g" \
             > "$WORK/raw/test.$l"
     done

@@ -97,7 +97,7 @@ def make_tgz(members):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in members.items():
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -329,7 +329,7 @@ def test_utf8_check_finds_the_line_across_blocks(tmp_path, monkeypatch):
 
 
 
-@pytest.mark.parametrize("mistake", ["mismatched pairs", "corrupt archive"])
+@pytest.mark.parametrize("mistake", ["mismatched pairs", "corrupt archive", "Latin-1 in an archive"])
 def test_a_failed_wmt14_prep_leaves_nothing_new(mistake, tmp_path):
     """What the run made (the work folders, the folders above them) goes when it fails; what was there stays."""
     raw = tmp_path / "raw"
@@ -339,12 +339,26 @@ def test_a_failed_wmt14_prep_leaves_nothing_new(mistake, tmp_path):
             head(f"{SAMPLE}/po_en_de/{split}.{lang}", raw / f"{split}.{lang}", 29 if (split, lang) == ("valid", "de") else 30)
     if mistake == "mismatched pairs":
         args, says = ["--raw", str(raw)], "error: valid.en has 30 lines but valid.de has 29"
-    else:
+    elif mistake == "corrupt archive":
         (tmp_path / "archives").mkdir()
         for url in ("training-parallel-europarl-v7", "training-parallel-commoncrawl", "training-parallel-nc-v9",
                     "dev", "test-full"):
             (tmp_path / "archives" / f"{url}.tgz").write_bytes(b"not a tar archive")
         args, says = ["--local", str(tmp_path / "archives")], "cannot extract"
+    else:  # the message names the corpus in the archive, not the text made from all three
+        (tmp_path / "archives").mkdir()
+        ok = "".join(f"line {i}\n" for i in range(5))
+        archives = {"training-parallel-europarl-v7": ["training/europarl-v7.de-en"],
+                    "training-parallel-commoncrawl": ["commoncrawl.de-en"],
+                    "training-parallel-nc-v9": ["training/news-commentary-v9.de-en"], "dev": ["dev/newstest2013"]}
+        for name, corpora in archives.items():
+            members = {f"{c}.{lang}": ok for c in corpora for lang in ("en", "de")}
+            if name == "training-parallel-commoncrawl":
+                members["commoncrawl.de-en.en"] = ok.encode() + b"Caf\xe9\n"
+            (tmp_path / "archives" / f"{name}.tgz").write_bytes(make_tgz(members))
+        (tmp_path / "archives" / "test-full.tgz").write_bytes(make_tgz({"test-full/x.sgm": "<seg id=\"1\">x</seg>\n"}))
+        args = ["--local", str(tmp_path / "archives")]
+        says = f"{tmp_path}/new/work/extracted/commoncrawl.de-en.en line 6 is not UTF-8"
     work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
     r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", *args], {"WORK": str(work), "DEST": str(dest)}, ok=False)
     assert r.returncode != 0 and says in r.stderr
