@@ -18,15 +18,41 @@ need_file() {
         [[ -s $f ]] || die "input file $f is empty (0 bytes)"
     done
 }
-# need_text FILE...: each file holds text, not only blank lines (which would give an empty vocabulary)
+# need_text FILE...: each file holds UTF-8 text, not only blank lines (which would give an empty vocabulary);
+# other bytes would be altered without a word further on (data_prep/utf8_check.py)
 need_text() {
     local f
     for f in "$@"; do
         need_file "$f"
         grep -q '[^[:space:]]' "$f" || die "input file $f holds only blank lines"
     done
+    "$PYTHON" "$HERE/utf8_check.py" "$@" || exit 1
 }
 need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 not found: run 'make setup' and put .venv/bin on PATH"; }
+
+# made_here PATH...: a PATH that does not exist yet is removed again if the script fails, and so is each of
+# its missing parent folders that is then empty: a failed run leaves nothing that was not there before.
+# Downloads are not passed: they stay, for the next run to resume.
+MADE=() MADE_PARENTS=()
+made_here() {
+    local p parent
+    for p in "$@"; do
+        [[ -e $p ]] && continue
+        MADE+=("$p")
+        parent=$(dirname "$p")
+        while [[ ! -e $parent ]]; do MADE_PARENTS+=("$parent"); parent=$(dirname "$parent"); done
+    done
+}
+remove_made_on_failure() {
+    local rc=$? p
+    (( rc == 0 )) && return
+    for p in "${MADE[@]}"; do rm -rf "$p"; done
+    # the deepest first; a folder with anything in it stays
+    while IFS= read -r p; do rmdir "$p" 2>/dev/null || true; done \
+        < <(for p in "${MADE_PARENTS[@]}"; do echo "${#p} $p"; done | sort -rn | cut -d' ' -f2-)
+    return "$rc"
+}
+trap remove_made_on_failure EXIT
 
 # fetch DIR URL[#sha256=HEX]...: resumable, verified downloads (data_prep/fetch.py)
 fetch() { local out=$1; shift; "$PYTHON" "$HERE/fetch.py" --out "$out" "$@"; }

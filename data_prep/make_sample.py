@@ -12,6 +12,8 @@ import argparse
 import os
 import random
 
+from utf8_check import NotUtf8, check_file
+
 PAIRS = {"train": 12000, "valid": 500, "test": 500}
 PROSE_LINES = {"train": 5000, "valid": 400, "test": 400}
 
@@ -33,6 +35,14 @@ def main():
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    try:  # every input, before anything is written
+        for path in [f"{args.source}/po_en_de/{split}.{lang}" for split in PAIRS for lang in ("en", "de")] + \
+                [f"{args.source}/doc_en/{split}.txt" for split in PROSE_LINES]:
+            check_file(path)
+    except NotUtf8 as e:
+        raise SystemExit(f"error: {e}") from None
+    except FileNotFoundError as e:
+        raise SystemExit(f"error: missing input file {e.filename}") from None
     os.makedirs(f"{args.out}/po_en_de", exist_ok=True)
     os.makedirs(f"{args.out}/doc_en", exist_ok=True)
     for split, n in PAIRS.items():

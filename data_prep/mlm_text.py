@@ -16,6 +16,8 @@ plus <s>, as the masked_lm task builds it).
 import argparse
 import sys
 
+from utf8_check import NotUtf8, utf8_lines
+
 
 def train_spm(args):
     import sentencepiece as spm
@@ -40,11 +42,13 @@ def encode(args):
 
         bpe = get_encoder(f"{args.gpt2}/encoder.json", f"{args.gpt2}/vocab.bpe")
         fn = lambda line: " ".join(map(str, bpe.encode(line)))  # noqa: E731
-    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", newline="\n")
     out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
-    for line in stdin:
-        line = line.strip()
-        out.write((fn(line) if line else "") + "\n")
+    try:
+        for line in utf8_lines(sys.stdin.buffer):
+            line = line.strip()
+            out.write((fn(line) if line else "") + "\n")
+    except NotUtf8 as e:
+        sys.exit(f"error: {e}")
     out.flush()
 
 

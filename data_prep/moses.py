@@ -13,6 +13,7 @@ from functools import partial
 from multiprocessing import Pool
 
 from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
+from utf8_check import NotUtf8, utf8_lines
 
 _workers = {}
 
@@ -50,14 +51,17 @@ def main(argv=None):
     parser.add_argument("-a", "--aggressive-dash-splits", action="store_true")
     parser.add_argument("-j", "--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", newline="\n")
+    stdin = utf8_lines(sys.stdin.buffer)
     out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     if args.command == "tokenize":
         result = tokenize(stdin, args.lang, args.aggressive_dash_splits, args.workers)
     else:
         result = detokenize(stdin, args.lang)
-    for line in result:
-        out.write(line + "\n")
+    try:
+        for line in result:
+            out.write(line + "\n")
+    except NotUtf8 as e:
+        sys.exit(f"error: {e}")
     out.flush()
 
 

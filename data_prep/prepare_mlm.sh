@@ -49,6 +49,7 @@ done
 need_cmd fairseq-preprocess
 splits=(train valid); [[ -e $RAW/test.txt ]] && splits+=(test)
 for split in "${splits[@]}"; do need_text "$RAW/$split.txt"; done
+made_here "$WORK"/{spm_input.txt,spm.model,spm.vocab,train.bpe,valid.bpe,test.bpe} "$DEST.tmp"  # not GPT2_DIR: downloads stay
 mkdir -p "$WORK"
 
 case $BPE in

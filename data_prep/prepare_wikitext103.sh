@@ -45,6 +45,7 @@ elif [[ -n $LOCAL && -e $LOCAL/wiki.train.tokens ]]; then
 elif [[ -n $LOCAL ]]; then
     need_file "$LOCAL/$(basename $URL)"
 fi
+made_here "$WORK"/{tokens,wikitext-103} "$DEST.tmp"  # not the downloaded zip
 mkdir -p "$WORK"
 
 if [[ -n $RAW ]]; then
@@ -67,7 +68,8 @@ else
             fetch "$WORK" "$URL"
             zip=$WORK/$(basename $URL)
         fi
-        "$PYTHON" -m zipfile -e "$zip" "$WORK"
+        "$PYTHON" -m zipfile -e "$zip" "$WORK" 2>/dev/null \
+            || die "cannot extract $zip (damaged or incomplete?): download it again"
         TOK=$WORK/wikitext-103
     fi
 fi

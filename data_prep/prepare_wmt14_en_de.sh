@@ -60,6 +60,7 @@ if [[ -n $RAW ]]; then
 elif [[ -n $LOCAL ]]; then
     for url in "${URLS[@]}"; do need_file "$LOCAL/$(basename "$url")"; done
 fi
+made_here "$WORK"/{raw,tok,bpe,extracted} "$DEST.tmp"  # not $WORK/orig: downloads stay
 mkdir -p "$WORK/raw" "$WORK/tok" "$WORK/bpe"
 src=en tgt=de
 
@@ -79,16 +80,17 @@ else
     mkdir -p "$X"
     for url in "${URLS[@]}"; do
         echo "extracting $(basename "$url")"
-        tar -xzf "$ORIG/$(basename "$url")" -C "$X"
+        tar -xzf "$ORIG/$(basename "$url")" -C "$X" \
+            || die "cannot extract $ORIG/$(basename "$url") (damaged or incomplete?): download it again"
     done
     for l in $src $tgt; do
         : > "$WORK/raw/train.$l"
-        for c in "${CORPORA[@]}"; do need_file "$X/$c.$l"; cat "$X/$c.$l" >> "$WORK/raw/train.$l"; done
-        need_file "$X/dev/newstest2013.$l"
+        for c in "${CORPORA[@]}"; do need_text "$X/$c.$l"; cat "$X/$c.$l" >> "$WORK/raw/train.$l"; done
+        need_text "$X/dev/newstest2013.$l"
         cp "$X/dev/newstest2013.$l" "$WORK/raw/valid.$l"
         if [[ $l == "$src" ]]; then t=src; else t=ref; fi
         sgm=$X/test-full/newstest2014-deen-$t.$l.sgm
-        need_file "$sgm"
+        need_text "$sgm"
         grep '<seg id' "$sgm" | sed -e 's/<seg id="[0-9]*">\s*//g' -e 's/\s*<\/seg>\s*//g' -e "s/\’/\'/g" \
             > "$WORK/raw/test.$l"
     done

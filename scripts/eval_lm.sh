@@ -33,6 +33,7 @@ OUT=${OUT:-$(dirname "$CKPT")}
 need_cmd fairseq-eval-lm
 need_data "$DATA" data_prep/prepare_wikitext103.sh
 need_checkpoint "$CKPT"
+made_out=0; [[ -e $OUT ]] || made_out=1
 mkdir -p "$OUT"
 cpu=(); [[ $(count_gpus) == 0 ]] && cpu=(--cpu)
 
@@ -44,7 +45,7 @@ done
 # succeeded; a failure shows the end of the failing log and leaves nothing behind.
 TABLE=$OUT/ppl.tsv
 TMP=$(mktemp -d "$OUT/.eval_lm.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+trap 'rm -rf "$TMP"; ((made_out)) && rmdir "$OUT" 2>/dev/null' EXIT  # an OUT made here goes if left empty
 printf 'subset\tcontext\tloss_base2\tppl\n' > "$TMP/ppl.tsv"
 for subset in $SUBSETS; do
     for ctx in $CONTEXTS; do

@@ -37,10 +37,18 @@ read -r -a GEN_ARGS <<< "${GEN_ARGS:-}"
 REF=${REF:-$DATA/raw.$SUBSET.de}
 need_cmd fairseq-generate
 need_data "$DATA" data_prep/prepare_wmt14_en_de.sh
+# sacreBLEU reads the reference as UTF-8: say so now, not with a traceback after the translation
+[[ -s $REF ]] && { "$PYTHON" "$ROOT/data_prep/utf8_check.py" "$REF" || exit 1; }
 
 if [[ -d $1 ]]; then
     OUT=${OUT:-$1}
     if ((N_AVG > 0)); then
+        n=$(find "$1" -maxdepth 1 -regex '.*/checkpoint[0-9]+\.pt' | wc -l)
+        if ((n < N_AVG)); then
+            use="N_AVG=0 to evaluate its checkpoint_best.pt without averaging"
+            ((n > 0)) && use="N_AVG=$n to average those, or $use"
+            die "$1 holds $n epoch checkpoints (checkpoint<N>.pt), fewer than N_AVG=$N_AVG: set $use"
+        fi
         step "averaging the last $N_AVG epoch checkpoints of $1"
         CKPT=$1/checkpoint_avg$N_AVG.pt
         "$PYTHON" "$ROOT/scripts/average_checkpoints.py" --inputs "$1" --num-epoch-checkpoints "$N_AVG" --output "$CKPT"

@@ -21,9 +21,12 @@ shell_words() {
     echo "${out[*]}"
 }
 
-# need_data DIR PREP: DIR must hold a fairseq-preprocess output
+# need_data DIR PREP: DIR must hold a fairseq-preprocess output (a dry run only says that it does not yet)
 need_data() {
-    compgen -G "$1/dict*.txt" >/dev/null || die "no binarised data in '$1' (no dict*.txt): run $2 first, or set DATA"
+    compgen -G "$1/dict*.txt" >/dev/null && return
+    local missing="no binarised data in '$1' (no dict*.txt)"
+    [[ ${DRY_RUN:-0} == 1 ]] || die "$missing: run $2 first, or set DATA"
+    echo "note: $missing yet: run $2 before the command below, or set DATA" >&2
 }
 
 # need_checkpoint FILE
@@ -99,8 +102,7 @@ run_training() {
     echo "config $config: $world process(es) ($nproc per node x $nnodes node(s), $gpus GPU(s)), $batch_key $per_device, update_freq $uf"
     echo "+ $(shell_words "${cmd[@]}")"
     [[ ${DRY_RUN:-0} == 1 ]] && return 0
-    mkdir -p "$SAVE_DIR"
-    "${cmd[@]}"
+    "${cmd[@]}"  # the save dir is made by hydra or fairseq, where the overrides say
 }
 
 # Help text shared by the training scripts.
@@ -111,6 +113,6 @@ TRAIN_ENV_HELP="Environment (default):
   NNODES       nodes (1); with more, also NODE_RANK, MASTER_ADDR, MASTER_PORT (29500) on every node
                (several \"nodes\" on one machine: MASTER_ADDR=127.0.0.1)
   UPDATE_FREQ  gradient accumulation (computed: effective batch / (per-process batch x processes))
-  DRY_RUN      1 = print the command and stop
+  DRY_RUN      1 = print the command and stop (the data need not be there yet)
 Further arguments are hydra overrides, e.g. optimization.max_update=1000 model.dropout=0.2
 A stopped run resumes from SAVE_DIR/checkpoint_last.pt when started again with the same command."

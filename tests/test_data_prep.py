@@ -97,7 +97,7 @@ def make_tgz(members):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, text in members.items():
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -275,6 +275,139 @@ def test_prepare_scripts_refuse_empty_training_text(script, text, says, tmp_path
     assert r.returncode == 1
     assert r.stderr.splitlines() == [f"error: input file {raw / train[0]} {says}"]
     assert not work.exists() and not dest.exists()
+
+
+
+@pytest.mark.parametrize("script", sorted(RAW_FILES))
+def test_prepare_scripts_refuse_text_that_is_not_utf8(script, tmp_path):
+    """A Latin-1 line stops each script with one line naming the file and the line, before it creates anything
+    (it used to go through as U+FFFD or odd pieces, with exit 0)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    folder = "po_en_de" if script == "prepare_wmt14_en_de.sh" else "doc_en"
+    for name in RAW_FILES[script]:
+        head(f"{SAMPLE}/{folder}/{name}", raw / name, 30)
+    bad = raw / RAW_FILES[script][-1]  # the last file checked: the earlier ones pass
+    with open(bad, "ab") as f:
+        f.write("Caf\u00e9 au lait\n".encode("latin-1"))
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", f"data_prep/{script}", "--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [f"error: {bad} line 31 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it "
+                                     "to UTF-8 (e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
+    assert not work.exists() and not dest.exists()
+
+
+@pytest.mark.parametrize("cmd", [["moses.py", "tokenize", "-l", "en"], ["moses.py", "tokenize", "-l", "en", "-j", "2"],
+                                 ["mlm_text.py", "encode", "--gpt2", "GPT2"]])
+def test_text_tools_refuse_stdin_that_is_not_utf8(cmd, tmp_path):
+    """Run by themselves, the tools that read standard input stop on the first line that is not UTF-8."""
+    from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    (tmp_path / "encoder.json").write_text(json.dumps({c: i for i, c in enumerate(bytes_to_unicode().values())}))
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n")
+    cmd = [str(tmp_path) if c == "GPT2" else c for c in cmd]
+    r = subprocess.run([sys.executable, f"data_prep/{cmd[0]}", *cmd[1:]], cwd=ROOT, input=b"fine\nCaf\xe9\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
+    assert r.stderr.decode().splitlines()[-1] == (
+        "error: standard input line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line")
+
+
+def test_utf8_check_finds_the_line_across_blocks(tmp_path, monkeypatch):
+    """Lines are counted across the blocks the file is read in, and a character cut by a block end is not an error."""
+    import utf8_check
+
+    monkeypatch.setattr(utf8_check, "BLOCK", 7)
+    path = tmp_path / "t.txt"
+    path.write_bytes("na\u00efve caf\u00e9\n\u00fcber\n\nok\n".encode() + b"x \xff\n")
+    with pytest.raises(utf8_check.NotUtf8, match=r"t\.txt line 5 is not UTF-8 \(byte 0xff at byte 3 of the line\)"):
+        utf8_check.check_file(path)
+    path.write_bytes("na\u00efve caf\u00e9\n\u00fcber".encode())  # no newline at the end
+    utf8_check.check_file(path)
+
+
+
+@pytest.mark.parametrize("mistake", ["mismatched pairs", "corrupt archive", "Latin-1 in an archive"])
+def test_a_failed_wmt14_prep_leaves_nothing_new(mistake, tmp_path):
+    """What the run made (the work folders, the folders above them) goes when it fails; what was there stays."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            head(f"{SAMPLE}/po_en_de/{split}.{lang}", raw / f"{split}.{lang}", 29 if (split, lang) == ("valid", "de") else 30)
+    if mistake == "mismatched pairs":
+        args, says = ["--raw", str(raw)], "error: valid.en has 30 lines but valid.de has 29"
+    elif mistake == "corrupt archive":
+        (tmp_path / "archives").mkdir()
+        for url in ("training-parallel-europarl-v7", "training-parallel-commoncrawl", "training-parallel-nc-v9",
+                    "dev", "test-full"):
+            (tmp_path / "archives" / f"{url}.tgz").write_bytes(b"not a tar archive")
+        args, says = ["--local", str(tmp_path / "archives")], "cannot extract"
+    else:  # the message names the corpus in the archive, not the text made from all three
+        (tmp_path / "archives").mkdir()
+        ok = "".join(f"line {i}\n" for i in range(5))
+        archives = {"training-parallel-europarl-v7": ["training/europarl-v7.de-en"],
+                    "training-parallel-commoncrawl": ["commoncrawl.de-en"],
+                    "training-parallel-nc-v9": ["training/news-commentary-v9.de-en"], "dev": ["dev/newstest2013"]}
+        for name, corpora in archives.items():
+            members = {f"{c}.{lang}": ok for c in corpora for lang in ("en", "de")}
+            if name == "training-parallel-commoncrawl":
+                members["commoncrawl.de-en.en"] = ok.encode() + b"Caf\xe9\n"
+            (tmp_path / "archives" / f"{name}.tgz").write_bytes(make_tgz(members))
+        (tmp_path / "archives" / "test-full.tgz").write_bytes(make_tgz({"test-full/x.sgm": "<seg id=\"1\">x</seg>\n"}))
+        args = ["--local", str(tmp_path / "archives")]
+        says = f"{tmp_path}/new/work/extracted/commoncrawl.de-en.en line 6 is not UTF-8"
+    work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", *args], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert not (tmp_path / "new").exists()
+    # a work folder that was there keeps what it held (downloads above all); what the run made goes
+    (work / "orig").mkdir(parents=True)
+    (work / "orig" / "dev.tgz").write_bytes(b"a download")
+    r = run(["bash", "data_prep/prepare_wmt14_en_de.sh", *args], {"WORK": str(work), "DEST": str(dest)}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "new").rglob("*")) == \
+        ["new/work", "new/work/orig", "new/work/orig/dev.tgz"]
+
+
+
+@pytest.mark.parametrize("script, args, env, says", [
+    ("prepare_mlm.sh", ["--raw", "RAW"], {"BPE": "bogus"}, "BPE must be sentencepiece or gpt2, not bogus"),
+    ("prepare_wikitext103.sh", ["--local", "LOCAL"], {}, "cannot extract")])
+def test_the_other_failed_preps_leave_nothing_new(script, args, env, says, tmp_path):
+    raw, local = tmp_path / "raw", tmp_path / "local"
+    raw.mkdir()
+    local.mkdir()
+    for split in ("train", "valid", "test"):
+        head(f"{SAMPLE}/doc_en/{split}.txt", raw / f"{split}.txt", 30)
+    (local / "wikitext-103-v1.zip").write_bytes(b"not a zip archive")
+    args = [{"RAW": str(raw), "LOCAL": str(local)}.get(a, a) for a in args]
+    work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
+    r = run(["bash", f"data_prep/{script}", *args], {"WORK": str(work), "DEST": str(dest), **env}, ok=False)
+    assert r.returncode != 0 and says in r.stderr
+    assert not (tmp_path / "new").exists()
+
+
+
+def test_make_sample_refuses_text_that_is_not_utf8(tmp_path):
+    source = tmp_path / "corpora"
+    for folder, names in (("po_en_de", [f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de")]),
+                          ("doc_en", [f"{s}.txt" for s in ("train", "valid", "test")])):
+        (source / folder).mkdir(parents=True)
+        for name in names:
+            (source / folder / name).write_text("fine\n")
+    (source / "doc_en" / "test.txt").write_bytes(b"fine\nCaf\xe9\n")
+    out = tmp_path / "sample"
+    r = run([sys.executable, "data_prep/make_sample.py", "--source", str(source), "--out", str(out)], ok=False)
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {source}/doc_en/test.txt line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
+    assert not out.exists()
+    (source / "doc_en" / "test.txt").unlink()
+    r = run([sys.executable, "data_prep/make_sample.py", "--source", str(source), "--out", str(out)], ok=False)
+    assert r.stderr.splitlines() == [f"error: missing input file {source}/doc_en/test.txt"] and not out.exists()
 
 
 # ---------------------------------------------------------------- Wikitext-103

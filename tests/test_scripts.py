@@ -155,10 +155,61 @@ def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
     assert "fairseq-eval-lm failed on valid, context window 0" in r.stderr
     assert f"{bad} is not a fairseq checkpoint" in r.stderr  # the end of its log is shown
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint_best.pt"]
+    r = run(["bash", "scripts/eval_lm.sh", str(bad)], {"DATA": data, "NGPUS": "0", "CONTEXTS": "0",
+                                                       "OUT": str(tmp_path / "results")})
+    assert r.returncode != 0 and not (tmp_path / "results").exists()  # an OUT it made goes too
+
+
+def test_eval_wmt14_refuses_a_reference_that_is_not_utf8(tmp_path, data):
+    ref = tmp_path / "ref.de"
+    ref.write_bytes(b"Gut.\nCaf\xe9\n")
+    (tmp_path / "checkpoint.pt").write_text("x")
+    r = run(["bash", "scripts/eval_wmt14.sh", str(tmp_path / "checkpoint.pt")], {"DATA": data, "REF": str(ref)})
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ref} line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line"]
 
 
 def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
+    """Too few epoch checkpoints to average: one line that offers N_AVG=0 (no averaging) and the count there is."""
     ckpts = tmp_path / "ckpts"
     ckpts.mkdir()
     r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "10"})
-    assert r.returncode != 0 and "found 0 epoch checkpoints" in r.stderr
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ckpts} holds 0 epoch checkpoints (checkpoint<N>.pt), fewer than N_AVG=10: "
+        "set N_AVG=0 to evaluate its checkpoint_best.pt without averaging"]
+    for name in ("checkpoint1.pt", "checkpoint2.pt", "checkpoint_last.pt", "checkpoint_1_500.pt"):
+        (ckpts / name).write_text("x")
+    r = run(["bash", "scripts/eval_wmt14.sh", str(ckpts)], {"DATA": data, "N_AVG": "3"})
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"error: {ckpts} holds 2 epoch checkpoints (checkpoint<N>.pt), fewer than N_AVG=3: "
+        "set N_AVG=2 to average those, or N_AVG=0 to evaluate its checkpoint_best.pt without averaging"]
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint1.pt", "checkpoint2.pt", "checkpoint_1_500.pt",
+                                                      "checkpoint_last.pt"]
+
+
+def test_a_save_dir_override_makes_no_default_folder(tmp_path, tmp_path_factory):
+    """`train_wmt14.sh VARIANT checkpoint.save_dir=X` trains into X: the default SAVE_DIR is not made; and the run,
+    stopped by a misspelled key before training, leaves no X either."""
+    from fairseq_helpers import translation_data
+
+    data = str(translation_data(tmp_path_factory)["bin"])
+    default, chosen = tmp_path / "default", tmp_path / "chosen"
+    r = run(["bash", "scripts/train_wmt14.sh", "eva16", f"checkpoint.save_dir={chosen}", "+model.eva_windw_size=8"],
+            {"DATA": data, "SAVE_DIR": str(default), "NGPUS": "0"})
+    assert r.returncode != 0
+    assert "model.eva_windw_size is not an option of transformer_eva_wmt_en_de" in r.stderr + r.stdout
+    assert not default.exists() and not chosen.exists()
+
+
+@pytest.mark.parametrize("script, variant, prep", [("train_wmt14.sh", "eva16", "prepare_wmt14_en_de.sh"),
+                                                   ("train_wikitext103.sh", "eva_16l", "prepare_wikitext103.sh"),
+                                                   ("train_mlm.sh", "eva_2048", "prepare_mlm.sh")])
+def test_a_dry_run_needs_no_data(script, variant, prep, tmp_path):
+    """DRY_RUN=1 prints the command without the data, and says that the data is not there yet."""
+    missing = tmp_path / "data-bin"
+    r = run(["bash", f"scripts/{script}", variant], {"DRY_RUN": "1", "DATA": str(missing), "NGPUS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1].startswith("+ fairseq-hydra-train ") and f"task.data={missing}" in r.stdout
+    assert f"note: no binarised data in '{missing}' (no dict*.txt) yet: run data_prep/{prep} before the command" in r.stderr
+    assert not missing.exists()

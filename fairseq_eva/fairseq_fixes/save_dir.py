@@ -6,11 +6,18 @@ stops on a bad option, --fp16 on a CPU, missing data or a refused launch leaves 
 like a run. Importing fairseq_eva wraps that function: the folders it makes (the save dir and any parent
 that was missing) are removed at exit if nothing was written into them. A folder that was already there
 is never removed.
+
+fairseq-hydra-train with the configs' `hydra.run.dir: ${checkpoint.save_dir}` has hydra make the save dir,
+and write `.hydra/` and `<job>.log` into it, before the plugin is loaded. So a save dir that holds only
+those at exit, with a log that never reached "training on N devices" (a misspelled key, missing data), is
+removed with them: nothing of a run was in it. hydra leaves no sign of whether the folder was there before;
+an empty folder made beforehand goes too.
 """
 
 import atexit
 import functools
 import os
+import shutil
 
 from .wrap_once import wrap_once
 
@@ -34,12 +41,48 @@ def remove_if_empty(folders):
             return
 
 
+def hydra_files(save_dir):
+    """The names of hydra's own files in save_dir when it is hydra's run dir, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return None
+        hydra = HydraConfig.get()
+        run_dir, log = hydra.runtime.output_dir, f"{hydra.job.name}.log"
+    except (ImportError, ValueError, AttributeError):
+        return None
+    if os.path.abspath(run_dir) != os.path.abspath(save_dir):
+        return None
+    return {hydra.output_subdir or ".hydra", log}
+
+
+def remove_if_untrained(save_dir, names):
+    """Remove save_dir if it holds nothing but hydra's files and its log shows that training never began."""
+    try:
+        if not set(os.listdir(save_dir)) <= names:
+            return
+        for name in names:
+            path = os.path.join(save_dir, name)
+            if os.path.isfile(path):
+                with open(path, errors="replace") as f:
+                    if any("] - training on " in line for line in f):
+                        return
+        shutil.rmtree(save_dir)
+    except OSError:
+        return
+
+
 def _cleaned_up(verify_checkpoint_directory):
     @functools.wraps(verify_checkpoint_directory)
     def wrapper(save_dir, *args, **kwargs):
         made = missing_folders(save_dir)
         if made:
             atexit.register(remove_if_empty, made)
+        else:
+            names = hydra_files(save_dir)
+            if names is not None:
+                atexit.register(remove_if_untrained, save_dir, names)
         return verify_checkpoint_directory(save_dir, *args, **kwargs)
 
     return wrapper
