@@ -18,7 +18,7 @@ fairseq-eval-lm, the hub, ...) raise it.
 A checkpoint whose bytes changed after it was written (a disk or copy error) is refused before anything of it is
 loaded (`verify`): torch.save's archive stores a CRC-32 of each of its parts (the pickle, each tensor's bytes),
 but torch.load never checks them, so a damaged tensor loaded without a word. `verify` reads every part through
-Python's zipfile, which checks them: one pass over the file, 0.11 s for a 268 MB checkpoint on a 2-core CPU. Every checkpoint torch.save
+Python's zipfile, which checks them: one pass over the file, 0.11 s for a 268 MB checkpoint. Every checkpoint torch.save
 wrote in its zip format (torch >= 1.6) carries them, those written before this check included; one in torch's
 legacy format, or saved with torch's CRC-32 turned off, loads with a note that it carries none.
 
