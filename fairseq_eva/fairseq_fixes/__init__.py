@@ -15,6 +15,8 @@ with `python -c` and no `import fairseq_eva`):
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
 - harmless_warnings: hydra 1.3's and torch's deprecation warnings that fairseq 0.12 triggers on every run.
   Without it: any fairseq-train run prints them.
+- interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which
+  checkpoint the run resumes from. Without it: press Ctrl-C during fairseq-train.
 - save_dir: a run that fails before training leaves an empty --save-dir that looks like a run.
   Without it: fairseq-train with a bad option leaves the folder.
 - wall_clock: the log's `wall` reads 0 after a resume from a checkpoint saved within an epoch.
@@ -23,9 +25,9 @@ with `python -c` and no `import fairseq_eva`):
 `distributed` is not installed: the plugin's models call its `check_launch` when they are built.
 """
 
-from . import batching, checkpoint_safety, clean_exit, harmless_warnings, save_dir, wall_clock
+from . import batching, checkpoint_safety, clean_exit, harmless_warnings, interrupt, save_dir, wall_clock
 
-INSTALLED = (batching, checkpoint_safety, clean_exit, harmless_warnings, save_dir, wall_clock)
+INSTALLED = (batching, checkpoint_safety, clean_exit, harmless_warnings, interrupt, save_dir, wall_clock)
 
 
 def install():

@@ -15,6 +15,13 @@ lacks its end, is called empty or truncated (a full disk, a run killed while wri
 makes fairseq's own loader (`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate,
 fairseq-eval-lm, the hub, ...) raise it.
 
+A checkpoint whose bytes changed after it was written (a disk or copy error) is refused before anything of it is
+loaded (`verify`): torch.save's archive stores a CRC-32 of each of its parts (the pickle, each tensor's bytes),
+but torch.load never checks them, so a damaged tensor loaded without a word. `verify` reads every part through
+Python's zipfile, which checks them: one pass over the file, 0.11 s for a 268 MB checkpoint. Every checkpoint torch.save
+wrote in its zip format (torch >= 1.6) carries them, those written before this check included; one in torch's
+legacy format, or saved with torch's CRC-32 turned off, loads with a note that it carries none.
+
 fairseq writes the first checkpoint of a save atomically (a temporary file renamed into place) but
 copies it to the others (checkpoint_last.pt, checkpoint_best.pt) with a plain file copy: a run killed
 during the copy leaves a truncated checkpoint_last.pt, which is what a restarted run loads.
@@ -23,6 +30,7 @@ during the copy leaves a truncated checkpoint_last.pt, which is what a restarted
 
 import argparse
 import functools
+import logging
 import os
 import pickle
 import re
@@ -33,6 +41,8 @@ import torch
 
 from ..errors import UserError
 from .wrap_once import wrap_once
+
+logger = logging.getLogger(__name__)
 
 SAFE_GLOBALS = (argparse.Namespace,)
 
@@ -57,6 +67,32 @@ def is_cut_short(path):
     with open(path, "rb") as f:
         begins = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
     return begins and not zipfile.is_zipfile(path)
+
+
+def verify(path):
+    """Check each part of torch.save's archive at `path` against the CRC-32 stored with it; CheckpointError naming
+    the file if one differs. Returns False (and logs a note) where the file carries no CRC-32 to check."""
+    if is_cut_short(path):
+        return True  # torch.load fails on it, and not_a_checkpoint says it is truncated
+    if not zipfile.is_zipfile(path):
+        logger.warning(f"{path} carries no checksum (not torch's zip format): loaded unchecked")
+        return False
+    checked = False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for part in archive.infolist():
+                if part.CRC == 0:  # an empty part, or torch's CRC-32 turned off
+                    continue
+                with archive.open(part) as data:  # raises BadZipFile at the end of a part that does not match
+                    while data.read(1 << 20):
+                        pass
+                checked = True
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is damaged ({_first_sentence(str(error))}): its bytes changed after it was "
+                              "written; nothing was loaded from it. Use another checkpoint") from None
+    if not checked:
+        logger.warning(f"{path} carries no checksum (saved with torch's CRC-32 turned off): loaded unchecked")
+    return checked
 
 
 def not_a_checkpoint(path, error):
@@ -87,7 +123,9 @@ def not_a_checkpoint(path, error):
 
 def load(path):
     """torch.load(path, weights_only=True) of a fairseq checkpoint (a dict with a 'model' state dict);
-    CheckpointError naming the file otherwise."""
+    CheckpointError naming the file otherwise, or if its bytes changed since it was written."""
+    if os.path.isfile(path):
+        verify(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except NOT_A_CHECKPOINT as error:
@@ -102,6 +140,8 @@ def load(path):
 def _clear_errors(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, *args, **kwargs):
+        if os.path.isfile(path):
+            verify(path)
         try:
             return load_checkpoint_to_cpu(path, *args, **kwargs)
         except CheckpointError:

@@ -1,0 +1,100 @@
+"""Ctrl-C during training ends with one line that says which checkpoint the same command resumes from.
+
+Ctrl-C is the way to stop a fairseq-train run and resume it later, but fairseq ends it with Python's
+KeyboardInterrupt traceback (84 lines from deep inside a training step) and says nothing about the checkpoint.
+Here the checkpoints that the run loads and saves are followed, and an interrupt ends with one line, e.g.
+`fairseq-train: interrupted at update 57; ckpt/checkpoint_last.pt holds update 50: the same command resumes from it`,
+and exit status 130 (as for SIGINT). An interrupt before training starts (while the data loads) is left to
+Python, as in any other tool.
+"""
+
+import functools
+import os
+import sys
+
+from .wrap_once import wrap_once
+
+_run = {}  # this process's training run: its checkpoint config, trainer, and the newest checkpoint written
+
+
+def _following_load(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def wrapper(cfg, trainer, *args, **kwargs):
+        result = load_checkpoint(cfg, trainer, *args, **kwargs)
+        _run.update(cfg=cfg, trainer=trainer, resumed=trainer.get_num_updates(), written=None)
+        return result
+
+    return wrapper
+
+
+def _following_write(save_checkpoint):
+    @functools.wraps(save_checkpoint)
+    def wrapper(self, filename, *args, **kwargs):
+        result = save_checkpoint(self, filename, *args, **kwargs)
+        _run["writing"] = (filename, self.get_num_updates())  # its copies (checkpoint_last.pt) follow
+        return result
+
+    return wrapper
+
+
+def _following_save(save_checkpoint):
+    @functools.wraps(save_checkpoint)
+    def wrapper(*args, **kwargs):
+        result = save_checkpoint(*args, **kwargs)
+        if _run.get("writing"):
+            _run["written"], _run["writing"] = _run["writing"], None
+        return result
+
+    return wrapper
+
+
+def resume_from(cfg, suffix=""):
+    """The checkpoint that fairseq-train loads at its start (checkpoint_utils.load_checkpoint)."""
+    if cfg.restore_file == "checkpoint_last.pt":
+        return os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+    return cfg.restore_file
+
+
+def interrupted_line():
+    """The one line that ends an interrupted training run, or None outside training."""
+    if "trainer" not in _run:
+        return None
+    cfg, trainer = _run["cfg"], _run["trainer"]
+    prog = os.path.basename(sys.argv[0])
+    now = f"{prog}: interrupted at update {trainer.get_num_updates()}"
+    resume = resume_from(cfg, trainer.checkpoint_suffix)
+    if _run["written"] is None:
+        if _run["resumed"]:
+            return f"{now}; {resume} holds update {_run['resumed']}: the same command resumes from it"
+        return f"{now}, before the first checkpoint was saved: the same command starts again"
+    written, updates = _run["written"]
+    if cfg.restore_file == "checkpoint_last.pt" and not cfg.no_last_checkpoints:
+        return f"{now}; {resume} holds update {updates}: the same command resumes from it"
+    return f"{now}; {written} holds update {updates}: to resume from it, give --restore-file {written}"
+
+
+def _reporting_interrupt(call_main):
+    @functools.wraps(call_main)
+    def wrapper(*args, **kwargs):
+        try:
+            return call_main(*args, **kwargs)
+        except KeyboardInterrupt:
+            line = interrupted_line()
+            if line is None:
+                raise
+            print(line, file=sys.stderr, flush=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def install():
+    """Follow the run's checkpoints; one line at Ctrl-C (idempotent)."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.trainer import Trainer
+
+    wrap_once(checkpoint_utils, "load_checkpoint", _following_load)
+    wrap_once(checkpoint_utils, "save_checkpoint", _following_save)
+    wrap_once(Trainer, "save_checkpoint", _following_write)
+    wrap_once(distributed_utils, "call_main", _reporting_interrupt)
