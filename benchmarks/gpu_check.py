@@ -528,7 +528,7 @@ def recorded_times(paths):
 
 def mode_rows(shapes, modes):
     """(N, batch, layer, mode) in the order the part measures them: every layer eager first (cheap), then the
-    compiled EVA layers, mode by mode (each first call compiles)."""
+    compiled EVA layers, mode by mode (each first pass compiles)."""
     eager = [(N, B, name, "none") for N, B in shapes for name in MODE_LAYERS]
     compiled = [(N, B, name, mode) for mode in modes if mode != "none" for N, B in shapes
                 for name in MODE_LAYERS if name.startswith("eva")]
@@ -537,7 +537,7 @@ def mode_rows(shapes, modes):
 
 def modes_part(shapes, modes, kernel, device, dtype, deadline, emit, before=()):
     """The layer as users run it: each row's time a call, host and GPU time, the whole layer's TFLOPS, the time of
-    its first call (compiling, for a compiled mode), against the same layer eager, SDPA eager, and `before`."""
+    its first forward + backward (compiling, for a compiled mode), against the same layer eager, SDPA eager, and `before`."""
     recorded = recorded_times(before)
     rows, inputs = [], {}
     for N, batch, name, mode in mode_rows(shapes, modes):
@@ -813,9 +813,9 @@ def summary(result):
         lines += [f"## The layer as users run it: eager and compiled (--eva-compile), forward + backward, "
                   f"{result['settings']['dtype']}", "",
                   "ms a call: wall clock, synchronised; host ms: the process's CPU time a call; GPU ms: its kernels' time "
-                  "(torch.profiler); TFLOPS: the whole layer's FLOPs (projections and attention) over its time; first call: "
+                  "(torch.profiler); TFLOPS: the whole layer's FLOPs (projections and attention) over its time; first pass: "
                   "compiling included; before: the same layer eager in an earlier check, at its commit.", "",
-                  "| N | batch | layer | mode | ms a call | host ms | GPU ms | TFLOPS | first call s | vs eager | vs SDPA | "
+                  "| N | batch | layer | mode | ms a call | host ms | GPU ms | TFLOPS | first pass s | vs eager | vs SDPA | "
                   "before ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         found = {(r["N"], r["batch"], r["mechanism"], r["mode"]): r for r in part["ratios"]}
         for r in part["rows"]:

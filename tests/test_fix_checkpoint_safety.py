@@ -115,3 +115,20 @@ def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
         assert proc.stderr.splitlines()[-1].startswith(f"fairseq-eval-lm: error: {bad} {says}")
         assert "Traceback" not in proc.log and "weights_only=False" not in proc.log
     assert not marker.exists()
+
+
+def test_a_checkpoint_whose_bytes_changed_is_refused_before_loading(tmp_path):
+    """torch.save stores a CRC-32 of each part; a few bytes changed inside a tensor's data (not a truncation) are
+    caught by fairseq's loader with the plugin, and by the load scripts/average_checkpoints.py uses."""
+    from fairseq_eva.fairseq_fixes import checkpoint_safety
+
+    path = tmp_path / "damaged.pt"
+    torch.save({"model": {"w": torch.zeros(100_000)}}, path)
+    assert checkpoint_safety.verify(str(path)) is True
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4] = b"\x01\x02\x03\x04"
+    path.write_bytes(bytes(data))
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoint_safety.load):
+        with pytest.raises(CheckpointError, match=r"damaged\.pt is damaged \(Bad CRC-32.*nothing was loaded"):
+            load(str(path))
