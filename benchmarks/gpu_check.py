@@ -3,7 +3,7 @@
     make gpu-check        # = python -m benchmarks.gpu_check --out benchmarks/results/gpu
     python -m benchmarks.gpu_check --smoke --out /tmp/smoke   # every part on the CPU at tiny sizes
 
-Six parts, run in this order, each within its own time budget (BUDGETS, about 12 minutes in all on an
+Seven parts, run in this order, each within its own time budget (BUDGETS, about 16 minutes in all on an
 H100 or H200; where a job may not run that long, --parts splits it: docs/gpu_check.md). A part that
 fails or runs out of time keeps what it measured and the next part runs; gpu_check.json and gpu_check.md
 are written again after every row, so a call that is killed leaves its table so far.
@@ -19,12 +19,15 @@ are written again after every row, so a call that is killed leaves its table so 
    EVA (window 128, chunks of 8), the EVA layers plain and with trainable RPE + attention dropout 0.1;
    time, peak memory, and the attention's achieved TFLOPS (attention_flops); the speed targets (TARGETS).
 3. speed_batch1: the same at batch 1, N = 1024 ... 32768.
-4. paper_configs: fairseq-hydra-train --fp16 on the bundled sample, 60 updates of each config of
+4. modes: the layer as users run it, at 8 x 8192 and 1 x 1024: each EVA layer eager and under each --eva-compile
+   mode, beside the SDPA layers eager; time, host and GPU time a call, the whole layer's TFLOPS, the first
+   pass (compiling), and the earlier record's time of the same layer (BEFORE).
+5. paper_configs: fairseq-hydra-train --fp16 on the bundled sample, 60 updates of each config of
    PAPER_CONFIGS as users run it; words/s after the first logged interval, EVA against softmax.
-5. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
+6. clean_exit: the run that used to abort at exit (fairseq-train --fp16, 200 updates of the tiny EVA
    translation model; fairseq_eva/fairseq_fixes/clean_exit.py) must exit 0; then the same run with that fix switched
    off, which shows whether the cause is the one found.
-6. profile: why a layer takes its time. Each EVA layer at 8 x 8192 (also with the bias alone and with
+7. profile: why a layer takes its time. Each EVA layer at 8 x 8192 (also with the bias alone and with
    dropout alone), one forward + backward: the time per call, the host's CPU time per call (launching,
    without waiting for the GPU) and the GPU's kernel time (torch.profiler); the larger of the last two
    bounds the first. The kernels that take the most time.
