@@ -168,3 +168,30 @@ def test_bad_option_stops_before_training(trained, tmp_path):
     assert proc.returncode != 0
     assert "--eva-chunk-size (5) must divide --eva-window-size (16)" in proc.log
     assert "train_inner" not in proc.log and not list(tmp_path.glob("*.pt"))
+
+
+def test_ctrl_c_ends_with_the_checkpoint_to_resume_from(trained, tmp_path):
+    """SIGINT to fairseq-train's process group (what Ctrl-C sends) after a checkpoint was saved: exit 130 and one line
+    naming checkpoint_last.pt, the update it holds, and that the same command resumes; no traceback."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from fairseq_helpers import BIN, cli_env
+
+    save = tmp_path / "ckpt"
+    command = [str(BIN / "fairseq-train"), str(trained["bin"]), *TRAIN, "--save-dir", str(save), "--max-update", "100000",
+               "--save-interval-updates", "2"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (save / "checkpoint_last.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    said = [line for line in err.splitlines() if "interrupted at update" in line]
+    assert proc.returncode == 130, (out + err)[-3000:]
+    assert len(said) == 1 and f"{save}/checkpoint_last.pt holds update " in said[0], err[-3000:]
+    assert said[0].endswith("the same command resumes from it") and "Traceback" not in out + err
