@@ -520,8 +520,11 @@ def recorded_times(paths):
             continue
         with open(path) as f:
             record = json.load(f)
+        commit = record["versions"]["commit"]
         meta = os.path.join(os.path.dirname(path), "meta.json")
-        commit = json.load(open(meta))["commit"] if os.path.exists(meta) else record["versions"]["commit"]
+        if os.path.exists(meta):
+            with open(meta) as f:
+                commit = json.load(f)["commit"]
         for key in ("speed_tokens", "speed_batch1"):
             for r in record.get(key, {}).get("rows", []):
                 if "layer_s" in r:
