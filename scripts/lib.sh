@@ -8,6 +8,10 @@ fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=$ROOT/fairseq_eva
 PYTHON=${PYTHON:-python}
+# OpenMP threads that wait sleep instead of spinning: beside another busy process the spinning threads take the
+# cores that the working ones need (3 to 4 times slower training on 2 cores); as fast on a free machine
+# (benchmarks/busy_machine.py). OpenMP reads it when torch starts, so it is set here, not in the plugin.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 die() { echo "error: $*" >&2; exit 1; }
 step() { echo; echo "==> $*"; }

@@ -99,3 +99,17 @@ def test_op_count(capsys):
             if line.startswith("| ") and "---" not in line and "operations" not in line}
     assert set(rows) == {"eva", "eva+rpe+dropout", "eva-causal", "eva-causal+rpe+dropout", "projections"}
     assert all(int(rows[name][1]) > int(rows["projections"][1]) for name in rows if name != "projections")
+
+
+@pytest.mark.slow
+def test_busy_machine(tmp_path):
+    """Eight short fairseq-train runs (about a minute): every (setting, machine state) pair has its row."""
+    from benchmarks import busy_machine
+
+    busy_machine.main(["--updates", "2", "--repeats", "1", "--neighbour-seconds", "2", "--out", str(tmp_path)])
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert {"command", "commit", "date", "device"} <= set(meta)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert len(rows) == 8 and all(row["median_s"] > 0 for row in rows)
+    assert [r["ratio_to_default_alone"] for r in rows if r["setting"] == "default" and r["machine"] == "alone"] == [1.0]
+    assert all(("neighbour_rate_ratio" in r) == (r["machine"] != "alone") for r in rows)

@@ -213,3 +213,16 @@ def test_a_dry_run_needs_no_data(script, variant, prep, tmp_path):
     assert r.stdout.splitlines()[-1].startswith("+ fairseq-hydra-train ") and f"task.data={missing}" in r.stdout
     assert f"note: no binarised data in '{missing}' (no dict*.txt) yet: run data_prep/{prep} before the command" in r.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_scripts_make_openmp_threads_sleep_while_they_wait(given, expected):
+    """Every script sources lib.sh, which sets OMP_WAIT_POLICY=PASSIVE unless the user chose a policy
+    (benchmarks/busy_machine.py measures why)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    child = 'import os; print(os.environ["OMP_WAIT_POLICY"])'
+    r = subprocess.run(["bash", "-c", 'source scripts/lib.sh && "$PYTHON" -c "$CHILD"'], cwd=ROOT,
+                       env={**env, "PYTHON": sys.executable, "CHILD": child}, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
