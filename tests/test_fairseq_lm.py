@@ -162,6 +162,19 @@ def test_a_pinned_kernel_that_cannot_run_here_stops_before_training(trained, tmp
     assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
 
 
+def test_a_pinned_c_loop_without_a_compiler_stops_before_training(trained, tmp_path):
+    """--eva-kernel c_loop where no C compiler is found (and nothing cached): one line naming the option, why,
+    and the kernels that can run; no warning that another kernel runs instead, no traceback, no save dir."""
+    save = tmp_path / "ckpt"
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", save, "--max-update", 2, "--eva-kernel", "c_loop",
+               cwd=tmp_path, check=False, env={"CC": "/nonexistent/cc", "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("fairseq-train: error: --eva-kernel c_loop")]
+    assert said and "cannot run on this machine (no C compiler: '/nonexistent/cc'" in said[0], proc.log[-3000:]
+    assert "use one of auto, blockwise" in said[0] and "instead" not in proc.log
+    assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
+
+
 def test_bad_option_stops_before_training(trained, tmp_path):
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
                "--eva-window-size", 16, "--eva-chunk-size", 5, cwd=tmp_path, check=False)
