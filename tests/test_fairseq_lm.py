@@ -54,6 +54,21 @@ def test_eval_lm_gives_a_finite_perplexity(trained, context_window):
     assert is_finite(loss) and is_finite(ppl) and 1.0 < ppl < 1000.0  # 1000 pieces: uniform would be 1000
 
 
+@pytest.mark.parametrize("context_window", [64, 100])
+def test_eval_lm_refuses_a_context_window_as_long_as_the_block(trained, context_window):
+    """fairseq failed inside its token blocks (ZeroDivisionError at 64 = --tokens-per-sample, negative dimensions
+    above): one line naming both options, before the data and the model are loaded."""
+    proc = run("fairseq-eval-lm", trained["bin"], "--user-dir", USER_DIR, "--cpu",
+               "--path", trained["save"] / "checkpoint_last.pt", "--tokens-per-sample", 64,
+               "--context-window", context_window, "--max-tokens", 4096, "--gen-subset", "test", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1] == (
+        f"fairseq-eval-lm: error: --context-window {context_window} must be smaller than --tokens-per-sample 64: "
+        f"each block of 64 tokens scores the tokens after its first {context_window} (e.g. --context-window 32 "
+        "with --tokens-per-sample 64)"), proc.log[-2000:]
+    assert "Traceback" not in proc.log and "loading model" not in proc.log
+
+
 GENERATE = """
 import copy, json, sys
 import torch
