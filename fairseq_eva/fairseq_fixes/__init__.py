@@ -19,6 +19,8 @@ with `python -c` and no `import fairseq_eva`):
   Without it: any fairseq-train run prints them.
 - interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which
   checkpoint the run resumes from. Without it: press Ctrl-C during fairseq-train.
+- quiet_logs: four or five INFO lines of fairseq's iterator caching on every pass over a dataset (`reuse_dataloader
+  = True`, `creating new batches for epoch 1`). Without it: any fairseq-train run, or a hub translate call.
 - save_dir: a run that fails before training leaves an empty --save-dir that looks like a run.
   Without it: fairseq-train with a bad option leaves the folder.
 - wall_clock: the log's `wall` reads 0 after a resume from a checkpoint saved within an epoch.
@@ -27,9 +29,20 @@ with `python -c` and no `import fairseq_eva`):
 `distributed` is not installed: the plugin's models call its `check_launch` when they are built.
 """
 
-from . import batching, checkpoint_safety, clean_exit, eval_lm_window, harmless_warnings, interrupt, save_dir, wall_clock
+from . import (
+    batching,
+    checkpoint_safety,
+    clean_exit,
+    eval_lm_window,
+    harmless_warnings,
+    interrupt,
+    quiet_logs,
+    save_dir,
+    wall_clock,
+)
 
-INSTALLED = (batching, checkpoint_safety, clean_exit, eval_lm_window, harmless_warnings, interrupt, save_dir, wall_clock)
+INSTALLED = (batching, checkpoint_safety, clean_exit, eval_lm_window, harmless_warnings, interrupt, quiet_logs, save_dir,
+             wall_clock)
 
 
 def install():

@@ -3,7 +3,7 @@ harmless, so that a warning that matters is seen. Each filter matches one messag
 warnings and every error are left as they are.
 
 fairseq-hydra-train prints a few before any plugin is loaded (hydra's `version_base` and "validated against
-ConfigStore schema" warnings, fairseq's "Please install tensorboardX"): no plugin can filter those.
+ConfigStore schema" warnings): no plugin can filter those (docs/design.md, "What the plugin cannot reach").
 """
 
 import warnings
