@@ -54,6 +54,20 @@ def test_eval_lm_gives_a_finite_perplexity(trained, context_window):
     assert is_finite(loss) and is_finite(ppl) and 1.0 < ppl < 1000.0  # 1000 pieces: uniform would be 1000
 
 
+@pytest.mark.parametrize("context_window", [64, 96])
+def test_eval_lm_context_window_not_below_tokens_per_sample_is_one_line(trained, context_window):
+    proc = run("fairseq-eval-lm", trained["bin"], "--user-dir", USER_DIR, "--cpu",
+               "--path", trained["save"] / "checkpoint_last.pt", "--tokens-per-sample", 64,
+               "--context-window", context_window, "--gen-subset", "test", check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"fairseq-eval-lm: error: --context-window {context_window} must be smaller than --tokens-per-sample 64: "
+        "each block scores tokens-per-sample minus context-window new tokens; give a smaller --context-window "
+        "(e.g. 32) or a larger --tokens-per-sample"
+    )
+    assert "Traceback" not in proc.log and "loading model" not in proc.log  # stopped before loading anything
+
+
 GENERATE = """
 import copy, json, sys
 import torch

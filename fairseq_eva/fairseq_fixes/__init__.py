@@ -13,6 +13,8 @@ with `python -c` and no `import fairseq_eva`):
   early in an epoch ends with "terminate called without an active exception" (SIGABRT) after "done training".
 - distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
+- eval_lm_options: fairseq-eval-lm with --context-window >= --tokens-per-sample loads model and data, then ends in
+  a ZeroDivisionError traceback. Without it: fairseq-eval-lm ... --tokens-per-sample 128 --context-window 128.
 - harmless_warnings: hydra 1.3's and torch's deprecation warnings that fairseq 0.12 triggers on every run.
   Without it: any fairseq-train run prints them.
 - interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which
@@ -25,9 +27,9 @@ with `python -c` and no `import fairseq_eva`):
 `distributed` is not installed: the plugin's models call its `check_launch` when they are built.
 """
 
-from . import batching, checkpoint_safety, clean_exit, harmless_warnings, interrupt, save_dir, wall_clock
+from . import batching, checkpoint_safety, clean_exit, eval_lm_options, harmless_warnings, interrupt, save_dir, wall_clock
 
-INSTALLED = (batching, checkpoint_safety, clean_exit, harmless_warnings, interrupt, save_dir, wall_clock)
+INSTALLED = (batching, checkpoint_safety, clean_exit, eval_lm_options, harmless_warnings, interrupt, save_dir, wall_clock)
 
 
 def install():
