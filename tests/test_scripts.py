@@ -213,3 +213,14 @@ def test_a_dry_run_needs_no_data(script, variant, prep, tmp_path):
     assert r.stdout.splitlines()[-1].startswith("+ fairseq-hydra-train ") and f"task.data={missing}" in r.stdout
     assert f"note: no binarised data in '{missing}' (no dict*.txt) yet: run data_prep/{prep} before the command" in r.stderr
     assert not missing.exists()
+
+
+def test_a_copied_script_without_the_plugin_beside_it_stops_with_one_line(tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("lib.sh", "eval_lm.sh"):
+        (scripts / name).write_text(open(os.path.join(ROOT, "scripts", name)).read())
+    r = run(["bash", str(scripts / "eval_lm.sh"), "--help"])
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"error: no fairseq_eva plugin at '{tmp_path}/fairseq_eva' (the --user-dir the scripts "
+                        "pass): run the scripts from the repository's scripts/ folder\n")
