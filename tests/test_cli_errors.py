@@ -1,5 +1,5 @@
-"""Mistakes with fairseq's command-line tools that fairseq meets before the plugin is loaded: the last line
-fairseq prints is what docs/troubleshooting.md says it is."""
+"""Mistakes with fairseq's command-line tools: those fairseq meets before the plugin is loaded print what
+docs/troubleshooting.md says they print; those the plugin meets end with one line."""
 
 import re
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import REPO, run  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, lm_data, run  # noqa: E402
 
 DOC = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
 
@@ -26,3 +26,29 @@ def test_a_mistyped_user_dir_ends_as_documented(tmp_path):
     assert proc.returncode == 1
     line = documented("FileNotFoundError: ").replace("PATH", str(Path(tmp_path) / "fairseq_evaa"))
     assert proc.stderr.strip().splitlines()[-1] == line
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    """A tiny EVA language model, two updates: a checkpoint as fairseq-train writes it."""
+    data = lm_data(tmp_path_factory)
+    save = tmp_path_factory.mktemp("cli_errors_lm")
+    run("fairseq-train", data["bin"], "--user-dir", USER_DIR, "--cpu", "--task", "language_modeling",
+        "--arch", "transformer_lm_eva_tiny", "--tokens-per-sample", 64, "--optimizer", "adam", "--lr", "1e-3",
+        "--criterion", "cross_entropy", "--max-tokens", 512, "--max-update", 2, "--no-epoch-checkpoints",
+        "--save-dir", save, cwd=save)
+    return {**data, "ckpt": save / "checkpoint_last.pt"}
+
+
+@pytest.mark.parametrize("user_dir", [None, "other"])
+def test_an_eva_checkpoint_without_the_plugin_ends_as_documented(lm, user_dir, tmp_path):
+    args = []
+    if user_dir:  # a --user-dir that is not the plugin
+        (tmp_path / user_dir).mkdir()
+        (tmp_path / user_dir / "__init__.py").write_text("")
+        args = ["--user-dir", tmp_path / user_dir]
+    proc = run("fairseq-eval-lm", lm["bin"], *args, "--cpu", "--path", lm["ckpt"], "--tokens-per-sample", 64,
+               "--gen-subset", "test", cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    assert documented("WeightsUnpickler error: ") in proc.stderr
+    assert "Perplexity" not in proc.log
