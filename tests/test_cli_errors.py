@@ -52,3 +52,18 @@ def test_an_eva_checkpoint_without_the_plugin_ends_as_documented(lm, user_dir, t
     assert proc.returncode == 1
     assert documented("WeightsUnpickler error: ") in proc.stderr
     assert "Perplexity" not in proc.log
+
+
+def test_fairseq_generate_on_a_damaged_checkpoint_is_one_line(lm, tmp_path):
+    damaged = tmp_path / "checkpoint_damaged.pt"
+    data = bytearray(lm["ckpt"].read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])  # every bit flipped
+    damaged.write_bytes(bytes(data))
+    proc = run("fairseq-generate", lm["bin"], "--user-dir", USER_DIR, "--task", "language_modeling", "--cpu",
+               "--path", damaged, "--tokens-per-sample", 64, "--gen-subset", "test", cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    assert proc.stdout == ""  # no hypotheses
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"fairseq-generate: error: {damaged} is damaged (Bad CRC-32"), last
+    assert "Traceback" not in proc.stderr
