@@ -67,3 +67,19 @@ def test_fairseq_generate_on_a_damaged_checkpoint_is_one_line(lm, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"fairseq-generate: error: {damaged} is damaged (Bad CRC-32"), last
     assert "Traceback" not in proc.stderr
+
+
+def test_the_context_window_check_leaves_other_tools_configs_alone():
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    from fairseq_eva.errors import UserError
+    from fairseq_eva.fairseq_fixes.eval_lm_options import check
+
+    for task, arch in (("translation", "transformer"), ("language_modeling", "transformer_lm")):
+        args = options.parse_args_and_arch(options.get_training_parser(), ["data", "--task", task, "--arch", arch])
+        check(convert_namespace_to_omegaconf(args))  # no --context-window: nothing to refuse
+    check(OmegaConf.create({"task": None, "eval_lm": None}))
+    with pytest.raises(UserError, match="--context-window 8 must be smaller than --tokens-per-sample 8"):
+        check(OmegaConf.create({"task": {"tokens_per_sample": 8}, "eval_lm": {"context_window": 8}}))

@@ -14,8 +14,8 @@ from .wrap_once import wrap_once
 
 def check(cfg):
     """Raise UserError when --context-window leaves no new token in a block of --tokens-per-sample."""
-    window = cfg.eval_lm.context_window if "eval_lm" in cfg else 0
-    tokens = cfg.task.get("tokens_per_sample") if "task" in cfg else None
+    window = getattr(getattr(cfg, "eval_lm", None), "context_window", 0) or 0
+    tokens = getattr(getattr(cfg, "task", None), "tokens_per_sample", None)
     if window > 0 and tokens is not None and window >= tokens:
         raise UserError(
             f"--context-window {window} must be smaller than --tokens-per-sample {tokens}: each block scores "
