@@ -47,9 +47,14 @@ def last_n_checkpoints(folder, n, update_based, upper_bound=None):
             step = int(m.group(1))
             if upper_bound is None or step <= upper_bound:
                 found.append((step, os.path.join(folder, name)))
-    kind = "update" if update_based else "epoch"
     if len(found) < n:
-        raise AverageError(f"found {len(found)} {kind} checkpoints in {folder}, need {n}")
+        kind, name = ("update", "checkpoint_<E>_<U>.pt") if update_based else ("epoch", "checkpoint<N>.pt")
+        bound = "" if upper_bound is None else f" up to {kind} {upper_bound}"
+        use = "pass the checkpoint files themselves as --inputs"
+        if found:
+            use = f"pass --num-{kind}-checkpoints {len(found)} to average those, or {use}"
+        raise AverageError(f"{folder} holds {len(found)} {kind} checkpoints ({name}){bound}, fewer than "
+                           f"--num-{kind}-checkpoints {n}: {use}")
     return [path for _, path in sorted(found, reverse=True)[:n]]
 
 

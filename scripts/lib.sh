@@ -7,6 +7,8 @@ demo.sh are sourced with; it does nothing by itself. Run one of those with --hel
 fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 USER_DIR=$ROOT/fairseq_eva
+# fairseq imports --user-dir before the plugin can say anything, and a wrong one ends in a traceback
+[[ -f $USER_DIR/__init__.py ]] || { echo "error: no fairseq_eva plugin at '$USER_DIR' (the --user-dir the scripts pass): run the scripts from the repository's scripts/ folder" >&2; exit 1; }
 PYTHON=${PYTHON:-python}
 # OpenMP threads that wait sleep instead of spinning: beside another busy process the spinning threads take the
 # cores that the working ones need (3 to 4 times slower training on 2 cores); as fast on a free machine

@@ -43,6 +43,7 @@ MT_UPDATES=${MT_UPDATES:-300}
 LM_UPDATES=${LM_UPDATES:-300}
 VOCAB=${VOCAB:-2000}
 USER_DIR=$REPO/fairseq_eva
+[[ -f $USER_DIR/__init__.py ]] || { echo "error: no fairseq_eva plugin at '$USER_DIR' (the --user-dir this script passes): run it from the repository's scripts/ folder" >&2; exit 1; }
 SAMPLE=$REPO/data/sample
 
 for tool in fairseq-preprocess fairseq-train fairseq-generate fairseq-eval-lm; do

@@ -226,3 +226,14 @@ def test_the_scripts_make_openmp_threads_sleep_while_they_wait(given, expected):
     r = subprocess.run(["bash", "-c", 'source scripts/lib.sh && "$PYTHON" -c "$CHILD"'], cwd=ROOT,
                        env={**env, "PYTHON": sys.executable, "CHILD": child}, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
+
+
+def test_a_copied_script_without_the_plugin_beside_it_stops_with_one_line(tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("lib.sh", "eval_lm.sh"):
+        (scripts / name).write_text(open(os.path.join(ROOT, "scripts", name)).read())
+    r = run(["bash", str(scripts / "eval_lm.sh"), "--help"])
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"error: no fairseq_eva plugin at '{tmp_path}/fairseq_eva' (the --user-dir the scripts "
+                        "pass): run the scripts from the repository's scripts/ folder\n")

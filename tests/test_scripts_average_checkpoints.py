@@ -71,8 +71,16 @@ def test_last_n_epoch_and_update_checkpoints(tmp_path):
     out = tmp_path / "avg.pt"
     assert avg.main(["--inputs", str(tmp_path), "--num-epoch-checkpoints", "2", "--output", str(out)]) == 0
     assert torch.load(out, weights_only=True)["model"]["w"].item() == 10.5
-    with pytest.raises(avg.AverageError, match="found 5 epoch checkpoints"):
+    with pytest.raises(avg.AverageError) as error:
         avg.last_n_checkpoints(str(tmp_path), 6, False)
+    assert str(error.value) == (f"{tmp_path} holds 5 epoch checkpoints (checkpoint<N>.pt), fewer than "
+                                "--num-epoch-checkpoints 6: pass --num-epoch-checkpoints 5 to average those, "
+                                "or pass the checkpoint files themselves as --inputs")
+    with pytest.raises(avg.AverageError) as error:
+        avg.last_n_checkpoints(str(tmp_path), 2, True, upper_bound=100)
+    assert str(error.value) == (f"{tmp_path} holds 0 update checkpoints (checkpoint_<E>_<U>.pt) up to update 100, "
+                                "fewer than --num-update-checkpoints 2: pass the checkpoint files themselves "
+                                "as --inputs")
 
 
 @pytest.mark.parametrize(
