@@ -19,7 +19,7 @@ the order rotating; the medians of --repeats runs are reported, as ratios to the
 the same run. The neighbour's rate (loops a second) is reported too, against its rate alone: a setting that
 only takes the cores from the neighbour is not a fix.
 
-    python -m benchmarks.busy_machine    # the record of docs/results.md (about 12 minutes on 2 cores)
+    python -m benchmarks.busy_machine --repeats 3   # the record of docs/results.md (15 minutes on 2 cores)
 """
 
 import argparse

@@ -11,8 +11,8 @@ USER_DIR=$ROOT/fairseq_eva
 [[ -f $USER_DIR/__init__.py ]] || { echo "error: no fairseq_eva plugin at '$USER_DIR' (the --user-dir the scripts pass): run the scripts from the repository's scripts/ folder" >&2; exit 1; }
 PYTHON=${PYTHON:-python}
 # OpenMP threads that wait sleep instead of spinning: beside another busy process the spinning threads take the
-# cores that the working ones need (3 to 4 times slower training on 2 cores); as fast on a free machine
-# (benchmarks/busy_machine.py). OpenMP reads it when torch starts, so it is set here, not in the plugin.
+# cores that the working ones need (on 2 cores, training 3.5 times slower than alone, 1.9 times with it; 1.1 times
+# alone: docs/results.md, "On a shared CPU"). OpenMP reads it when torch starts: it is set here, not in the plugin.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 die() { echo "error: $*" >&2; exit 1; }
