@@ -14,7 +14,7 @@ with `python -c` and no `import fairseq_eva`):
 - distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
 - eval_lm_window: fairseq-eval-lm with --context-window >= --tokens-per-sample fails inside its token blocks.
-  Without it: `ZeroDivisionError: float division by zero` (equal) after loading the data and the model.
+  Without it: `ZeroDivisionError: float division` (equal) after loading the data and the model.
 - harmless_warnings: hydra 1.3's and torch's deprecation warnings that fairseq 0.12 triggers on every run.
   Without it: any fairseq-train run prints them.
 - interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which

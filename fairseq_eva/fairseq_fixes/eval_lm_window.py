@@ -2,7 +2,7 @@
 
 eval-lm scores blocks of tokens_per_sample - context_window new tokens, each after context_window tokens of
 context, so the window must be smaller than the block. fairseq does not check: it subtracts and fails later,
-inside its token blocks, with `ZeroDivisionError: float division by zero` (equal) or `ValueError: negative
+inside its token blocks, with `ZeroDivisionError: float division` (equal) or `ValueError: negative
 dimensions are not allowed` (above), after loading the data and the model.
 """
 
