@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.py requirements.txt Makefile
 	# of every later install ("ERROR: ... ve-fairseq requires torchaudio"); --no-deps skips that check
 	$(PY) -m pip install -q --no-deps '$(FAIRSEQ)'
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
-	$(PY) -c "import torch, fairseq, fairseq_eva; print('torch', torch.__version__, '| fairseq', fairseq.__version__)"
+	$(PY) -c "import torch, fairseq_eva, fairseq; print('torch', torch.__version__, '| fairseq', fairseq.__version__)"
 	touch $@
 
 # ruff's settings: ruff.toml

@@ -92,6 +92,7 @@ def test_an_interrupt_anywhere_in_a_save_leaves_old_or_new_complete_checkpoints(
     assert {"checkpoint1.pt": 1, "checkpoint2.pt": 2, "checkpoint_last.pt": 1} in outcomes  # between the two
 
 
+@pytest.mark.slow
 def test_fairseqs_own_copy_can_leave_a_broken_checkpoint_last(tmp_path, monkeypatch):
     monkeypatch.setattr(PathManager, "copy", staticmethod(checkpoint_safety._fairseq_copy))
     lines = 0
@@ -107,3 +108,20 @@ def test_fairseqs_own_copy_can_leave_a_broken_checkpoint_last(tmp_path, monkeypa
     sys.settrace(None)
     # the copy is the end of the save: interrupt its last lines
     assert any(held and held["checkpoint_last.pt"] is None for held, _ in interrupt_everywhere(tmp_path, lines - 80))
+
+
+def test_ctrl_c_during_a_save_takes_effect_when_the_save_has_ended(tmp_path):
+    """fairseq-train's save goes through interrupt._following_save: a SIGINT that arrives during it is held back,
+    the save completes, and the KeyboardInterrupt comes after it."""
+    import signal
+
+    from fairseq_eva.fairseq_fixes import interrupt
+
+    def save():
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered at once
+        torch.save(state(2), tmp_path / "checkpoint_last.pt")
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._following_save(save)()
+    assert updates_held(tmp_path) == {"checkpoint_last.pt": 2}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -218,7 +218,12 @@ def test_ctrl_c_ends_with_the_checkpoint_to_resume_from(trained, tmp_path):
         time.sleep(0.2)
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running 60 s after Ctrl-C:\n{(out + err)[-3000:]}")
     said = [line for line in err.splitlines() if "interrupted at update" in line]
     assert proc.returncode == 130, (out + err)[-3000:]
     assert len(said) == 1 and f"{save}/checkpoint_last.pt holds update " in said[0], err[-3000:]

@@ -4,13 +4,16 @@ Ctrl-C is the way to stop a fairseq-train run and resume it later, but fairseq e
 KeyboardInterrupt traceback (84 lines from deep inside a training step) and says nothing about the checkpoint.
 Here the checkpoints that the run loads and saves are followed, and an interrupt ends with one line, e.g.
 `fairseq-train: interrupted at update 57; ckpt/checkpoint_last.pt holds update 50: the same command resumes from it`,
-and exit status 130 (as for SIGINT). An interrupt before training starts (while the data loads) is left to
-Python, as in any other tool.
+and exit status 130 (as for SIGINT). Ctrl-C during a checkpoint save takes effect when the save has ended. An
+interrupt before training starts (while the data loads) is left to Python, as in any other tool.
 """
 
+import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 
 from .wrap_once import wrap_once
 
@@ -40,12 +43,31 @@ def _following_write(save_checkpoint):
 def _following_save(save_checkpoint):
     @functools.wraps(save_checkpoint)
     def wrapper(*args, **kwargs):
-        result = save_checkpoint(*args, **kwargs)
+        with _interrupt_held() as held:
+            result = save_checkpoint(*args, **kwargs)
         if _run.get("writing"):
             _run["written"], _run["writing"] = _run["writing"], None
+        if held:
+            raise KeyboardInterrupt
         return result
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _interrupt_held():
+    """Hold Ctrl-C back while a checkpoint is saved (yields a list that is non-empty if one came): raised inside
+    torch.save, a KeyboardInterrupt can be swallowed (the run goes on) or abort the process ("Fatal Python error:
+    Aborted"). Held back, the save completes and the interrupt is raised after it. Main thread only."""
+    held = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def resume_from(cfg, suffix=""):
