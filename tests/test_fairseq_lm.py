@@ -211,8 +211,10 @@ def test_ctrl_c_ends_with_the_checkpoint_to_resume_from(trained, tmp_path):
     save = tmp_path / "ckpt"
     command = [str(BIN / "fairseq-train"), str(trained["bin"]), *TRAIN, "--save-dir", str(save), "--max-update", "100000",
                "--save-interval-updates", "2"]
+    # SIGINT's default action, as in a terminal: a test run started in the background inherits it ignored
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), start_new_session=True)
+                            env=cli_env(), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not (save / "checkpoint_last.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

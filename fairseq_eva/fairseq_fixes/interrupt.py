@@ -60,7 +60,8 @@ def _interrupt_held():
     torch.save, a KeyboardInterrupt can be swallowed (the run goes on) or abort the process ("Fatal Python error:
     Aborted"). Held back, the save completes and the interrupt is raised after it. Main thread only."""
     held = []
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or (
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler):  # e.g. ignored: left as it is
         yield held
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
