@@ -187,19 +187,11 @@ def main(argv=None):
         command = "python -m benchmarks.busy_machine " + " ".join(argv if argv is not None else sys.argv[1:])
         info = common.machine(torch.device("cpu"))
         common.write_json(os.path.join(args.out, "meta.json"), {
-            "command": command.strip(), "commit": _commit(), "date": datetime.date.today().isoformat(),
+            "command": command.strip(), "commit": common.commit(), "date": datetime.date.today().isoformat(),
             "device": f"{info['cpu']}, {info['cpu_count']} cores; torch {info['torch']}"})
         common.write_json(os.path.join(args.out, "results.json"), {
             "updates": args.updates, "repeats": args.repeats, "neighbour_alone_loops_per_s": alone,
             "machine": info, "rows": result_rows})
-
-
-def _commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -84,6 +84,17 @@ def machine(device):
     return info
 
 
+def commit():
+    """The repository's commit, marked where tracked files differ from it; "unknown" without git."""
+    git = ["git", "-C", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown"
+    return (head + (" (with uncommitted changes)" if dirty else "")) or "unknown"
+
+
 def _cpu_model():
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout

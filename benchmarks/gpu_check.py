@@ -733,14 +733,8 @@ def versions():
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    try:
-        git = ["git", "-C", REPO]
-        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
-        commit = (commit + (" (with uncommitted changes)" if dirty else "")) or "unknown"
-    except OSError:
-        commit = "unknown"
-    return dict(torch=torch.__version__, triton=triton_version, python=platform.python_version(), commit=commit)
+    return dict(torch=torch.__version__, triton=triton_version, python=platform.python_version(),
+                commit=common.commit())
 
 
 def targets(result):
