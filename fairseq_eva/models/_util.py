@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from ..errors import FP16Error
 from ..fairseq_fixes.distributed import check_launch
-from ..modules.options import EVAOptionError, attention_kind, check_model_keys, option_name, validate_eva_args
+from ..modules.options import EVA_LAYER, EVAOptionError, attention_kind, check_model_keys, option_name, validate_eva_args
 
 
 def as_namespace(args):
@@ -31,7 +31,7 @@ def prepare_args(model_class, args, architecture, roles):
     args = as_namespace(args)
     architecture(args)
     validate_eva_args(args, roles, hydra)
-    if any(attention_kind(args, attention, hydra) == "eva" for attention in roles.values()):
+    if any(attention_kind(args, attention, hydra) in EVA_LAYER for attention in roles.values()):
         check_kernel_runs_here(args, hydra)
     return args
 

@@ -1,6 +1,5 @@
 """fairseq-facing modules: the MultiheadAttention adapter, EVA layers, encoder and decoders, options."""
 
-from .eva_multihead_attention import EVAMultiheadAttention
 from .options import (
     EVAOptionError,
     EVAOptions,
@@ -10,6 +9,7 @@ from .options import (
     eva_bool,
     validate_eva_args,
 )
+from .self_attention import EVAMultiheadAttention, multihead
 from .transformer_layers import (
     EVALanguageModelDecoder,
     EVATransformerDecoder,
@@ -21,6 +21,7 @@ from .transformer_layers import (
 __all__ = [
     "EVALanguageModelDecoder",
     "EVAMultiheadAttention",
+    "multihead",
     "EVAOptionError",
     "EVAOptions",
     "EVATransformerDecoder",

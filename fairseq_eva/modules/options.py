@@ -19,17 +19,19 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import re
 from typing import Callable
 
 from fairseq.utils import safe_getattr
 
-from ..attention import check_options
+from ..attention import check_options, registry
 from ..attention.chunks import PROPOSALS
 from ..attention.eva import COMPILE_MODES
 from ..attention.kernels import KERNELS
 from ..errors import UserError
 
-ATTENTION_CHOICES = ("eva", "softmax")
+ATTENTION_CHOICES = tuple(registry.choices())
+EVA_LAYER = ("eva", "local")  # the mechanisms built by EVAAttention from the --eva-* options (local: no chunks)
 
 # Roles of an EVA self-attention: which options configure it.
 ENCODER = "encoder"  # bidirectional EVA (translation encoder, RoBERTa)
@@ -118,27 +120,59 @@ def _add(parser, options):
         parser.add_argument(option, **keywords)
 
 
+_METAVAR = "{" + ",".join(ATTENTION_CHOICES) + "}"
+_LOCAL = "local (EVA's window without chunks, set by the same --eva-* options)"
+
+
+def _choices_help(direction):
+    return ", ".join(registry.choices(direction))
+
+
+def mechanism_option(mechanism, option):
+    """The model attribute of a mechanism's option: performer's num_features is performer_num_features."""
+    return f"{mechanism}_{option}"
+
+
+def add_mechanism_args(parser):
+    """--NAME-OPTION for every option of every mechanism outside the EVA layer (defaults: the paper's)."""
+    for name, mechanism in registry.MECHANISMS.items():
+        if name in EVA_LAYER:
+            continue
+        for option in mechanism.options:
+            keywords = dict(metavar=option.type.__name__.upper(), type=eva_bool if option.type is bool else option.type,
+                            help=f"{name} attention: {option.help} (default {option.default})")
+            if option.choices:
+                keywords.update(choices=list(option.choices), metavar="{" + ",".join(map(str, option.choices)) + "}")
+            parser.add_argument("--" + mechanism_option(name, option.name).replace("_", "-"), **keywords)
+
+
 def add_translation_args(parser):
-    parser.add_argument("--encoder-attention", choices=ATTENTION_CHOICES,
-                        help="self-attention of the encoder: eva (default) or softmax (the baseline, "
-                             "fairseq's MultiheadAttention)")
-    parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES,
-                        help="self-attention of the decoder: softmax (default) or eva (causal EVA, set by "
-                             "--eva-decoder-window-size, --eva-decoder-chunk-size, --eva-decoder-overlap)")
+    parser.add_argument("--encoder-attention", choices=ATTENTION_CHOICES, metavar=_METAVAR,
+                        help="self-attention of the encoder: eva (default), softmax (the baseline, fairseq's "
+                             f"MultiheadAttention), {_LOCAL}, or a baseline: {_choices_help(registry.BIDIRECTIONAL)}")
+    parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES, metavar=_METAVAR,
+                        help="self-attention of the decoder: softmax (default), eva (causal EVA, set by "
+                             "--eva-decoder-window-size, --eva-decoder-chunk-size, --eva-decoder-overlap), or another "
+                             f"causal choice: {_choices_help(registry.CAUSAL)}")
     _add(parser, _COMMON + _DECODER)
+    add_mechanism_args(parser)
 
 
 def add_lm_args(parser):
-    parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES,
+    parser.add_argument("--decoder-attention", choices=ATTENTION_CHOICES, metavar=_METAVAR,
                         help="self-attention of the language model: eva (default, causal EVA set by "
-                             "--eva-window-size, --eva-chunk-size, --eva-overlap) or softmax (the baseline)")
+                             "--eva-window-size, --eva-chunk-size, --eva-overlap), softmax (the baseline), or another "
+                             f"causal choice: {_choices_help(registry.CAUSAL)}")
     _add(parser, _COMMON)
+    add_mechanism_args(parser)
 
 
 def add_masked_lm_args(parser):
-    parser.add_argument("--encoder-attention", choices=ATTENTION_CHOICES,
-                        help="self-attention of the encoder: eva (default) or softmax (the baseline)")
+    parser.add_argument("--encoder-attention", choices=ATTENTION_CHOICES, metavar=_METAVAR,
+                        help="self-attention of the encoder: eva (default), softmax (the baseline), "
+                             f"{_LOCAL}, or a baseline: {_choices_help(registry.BIDIRECTIONAL)}")
     _add(parser, _COMMON)
+    add_mechanism_args(parser)
 
 
 # ------------------------------------------------------------------ defaults (used by the arch functions)
@@ -231,15 +265,18 @@ class EVAOptions:
     compile: str = "none"
 
     @classmethod
-    def from_args(cls, args, role, hydra=False):
-        """The options of `role` from a model's args; EVAOptionError if one is unset or not a boolean."""
+    def from_args(cls, args, role, hydra=False, chunks=True):
+        """The options of `role` from a model's args; EVAOptionError if one is unset or not a boolean.
+        chunks=False: local attention, EVA's layer without chunks."""
         attributes = _attributes(role)
         values = {"causal": role != ENCODER}
         for field in dataclasses.fields(cls):
             if field.name == "causal":
                 continue
             value = _get(args, attributes[field.name])
-            if field.name == "num_chunks" and role == DECODER:
+            if field.name in ("num_chunks", "chunk_size") and not chunks:
+                value = 0
+            elif field.name == "num_chunks" and role == DECODER:
                 value = 0  # causal EVA has chunks of a fixed size
             elif field.name == "dropout" and value is None:
                 value = 0.0
@@ -276,7 +313,7 @@ class EVAOptions:
 
 
 def attention_kind(cfg, attribute, hydra=False):
-    """'eva' or 'softmax' from encoder_attention / decoder_attention; EVAOptionError naming the option."""
+    """The mechanism's name from encoder_attention / decoder_attention; EVAOptionError naming the option."""
     value = _get(cfg, attribute)
     if value not in ATTENTION_CHOICES:
         raise EVAOptionError(f"{option_name(attribute, hydra)} must be one of {', '.join(ATTENTION_CHOICES)}; "
@@ -284,23 +321,80 @@ def attention_kind(cfg, attribute, hydra=False):
     return value
 
 
+def mechanism_options(args, mechanism, hydra=False):
+    """The keyword options of a mechanism outside the EVA layer, from the model's args (unset: the default)."""
+    values = {}
+    for option in registry.get(mechanism).options:
+        attribute = mechanism_option(mechanism, option.name)
+        value = _get(args, attribute)
+        if value is None:
+            value = option.default
+        elif option.type is bool:
+            try:
+                value = eva_bool(value)
+            except argparse.ArgumentTypeError as error:
+                raise EVAOptionError(f"{option_name(attribute, hydra)}: {error}") from None
+        else:
+            try:
+                value = option.type(value)
+            except (TypeError, ValueError):
+                raise EVAOptionError(f"{option_name(attribute, hydra)} must be a {option.type.__name__}, "
+                                     f"got {value!r}") from None
+        if option.choices and value not in option.choices:
+            raise EVAOptionError(f"{option_name(attribute, hydra)} must be one of "
+                                 f"{', '.join(map(str, option.choices))}; got {value!r}")
+        values[option.name] = value
+    return values
+
+
+def _check_mechanism(args, role, mechanism, hydra):
+    """Build the mechanism once on the meta device (no memory, no time): a bad option raises there, and its
+    message is given back with the options named as the user writes them."""
+    import torch
+
+    options = mechanism_options(args, mechanism, hydra)
+    attributes = _attributes(role)
+    embed_dim, num_heads = _get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"])
+    dropout = _get(args, "attention_dropout") or 0.0
+    try:
+        with torch.device("meta"):
+            registry.build(mechanism, embed_dim, num_heads, causal=role != ENCODER, dropout=dropout, **options)
+    except ValueError as error:
+        message = str(error)
+        for option in options:
+            message = re.sub(rf"\b{option}\b", option_name(mechanism_option(mechanism, option), hydra), message)
+        raise EVAOptionError(f"{message} ({mechanism} attention in the {_WHERE[role]})") from None
+
+
 def validate_eva_args(args, roles, hydra=False):
     """Run at model build time. `roles` maps a role to its attention attribute (encoder_attention or
     decoder_attention); `hydra`: name the options as fairseq-hydra-train's keys."""
     for role, attention in roles.items():
-        if attention_kind(args, attention, hydra) != "eva":
+        kind = attention_kind(args, attention, hydra)
+        refusal = registry.get(kind).refusal(causal=role != ENCODER)
+        if refusal:
+            raise EVAOptionError(f"{option_name(attention, hydra)} {kind}: {refusal}")
+        if kind == "softmax":
+            continue
+        if kind not in EVA_LAYER:
+            _check_mechanism(args, role, kind, hydra)
+            using = f"{option_name(attention, hydra)} {kind}"
+            if (_get(args, "quant_noise_pq") or 0) > 0:
+                raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported with {using}")
+            if role != ENCODER and _get(args, "cross_self_attention"):
+                raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")
             continue
         attributes = _attributes(role)
 
         def name(field):
             return option_name(attributes.get(field, field), hydra)
 
-        options = EVAOptions.from_args(args, role, hydra)
+        options = EVAOptions.from_args(args, role, hydra, chunks=kind == "eva")
         try:
             options.check(_get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"]), name)
         except EVAOptionError as error:
             raise EVAOptionError(f"{error} (EVA in the {_WHERE[role]})") from None
-        using = f"{option_name(attention, hydra)} eva"
+        using = f"{option_name(attention, hydra)} {kind}"
         if (_get(args, "quant_noise_pq") or 0) > 0:
             raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported by EVA attention ({using})")
         if role != ENCODER and _get(args, "cross_self_attention"):

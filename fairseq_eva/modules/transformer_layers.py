@@ -1,8 +1,9 @@
-"""fairseq's transformer layers, encoder and decoder with EVA self-attention.
+"""fairseq's transformer layers, encoder and decoder with EVA (or another registered) self-attention.
 
 Only `build_self_attention` (layers) and `build_*_layer` (encoder, decoder) change; everything else is
-fairseq's own. Which self-attention a layer gets is read from --encoder-attention / --decoder-attention;
-with `softmax` the layer is exactly fairseq's (same parameters, same names).
+fairseq's own. Which self-attention a layer gets is read from --encoder-attention / --decoder-attention
+(the names of fairseq_eva.attention.registry); with `softmax` the layer is exactly fairseq's (same
+parameters, same names).
 """
 
 from fairseq.distributed import fsdp_wrap
@@ -10,13 +11,20 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from .eva_multihead_attention import EVAMultiheadAttention
-from .options import DECODER, ENCODER, LM, EVAOptions, attention_kind
+from ..attention import registry
+from .options import DECODER, ENCODER, EVA_LAYER, LM, EVAOptions, attention_kind, mechanism_options
+from .self_attention import EVAMultiheadAttention, multihead
 
 
-def build_eva_attention(embed_dim, num_heads, cfg, role):
-    """The EVA self-attention of `role` (its options were checked by validate_eva_args when the model was built)."""
-    return EVAMultiheadAttention(embed_dim, num_heads, **EVAOptions.from_args(cfg, role).kwargs())
+def build_attention(kind, embed_dim, num_heads, cfg, role):
+    """The self-attention `kind` of `role` (its options were checked by validate_eva_args when the model was
+    built): EVA's layer from the --eva-* options, another mechanism from its own."""
+    if kind in EVA_LAYER:
+        return EVAMultiheadAttention(embed_dim, num_heads, **EVAOptions.from_args(cfg, role, chunks=kind == "eva").kwargs())
+    mechanism = registry.get(kind)
+    options = {**mechanism.defaults(), **mechanism_options(cfg, kind), **dict(mechanism.fixed)}
+    return multihead(mechanism.module_class())(embed_dim, num_heads, causal=role != ENCODER,
+                                               dropout=cfg.attention_dropout, **options)
 
 
 def _wrap(layer, cfg):
@@ -29,16 +37,17 @@ def _wrap(layer, cfg):
 
 
 class EVATransformerEncoderLayer(TransformerEncoderLayerBase):
-    """Encoder layer whose self-attention is bidirectional EVA (--encoder-attention eva)."""
+    """Encoder layer whose self-attention is --encoder-attention's (bidirectional EVA by default)."""
 
     def build_self_attention(self, embed_dim, cfg):
-        if attention_kind(cfg, "encoder_attention") == "eva":
-            return build_eva_attention(embed_dim, cfg.encoder.attention_heads, cfg, ENCODER)
+        kind = attention_kind(cfg, "encoder_attention")
+        if kind != "softmax":
+            return build_attention(kind, embed_dim, cfg.encoder.attention_heads, cfg, ENCODER)
         return super().build_self_attention(embed_dim, cfg)
 
 
 class EVATransformerDecoderLayer(TransformerDecoderLayerBase):
-    """Decoder layer whose self-attention is causal EVA (--decoder-attention eva).
+    """Decoder layer whose self-attention is --decoder-attention's (causal EVA with `eva`).
 
     `eva_role` says which options configure it: the translation decoder's (--eva-decoder-*) or the
     language model's (the common --eva-* options).
@@ -49,10 +58,11 @@ class EVATransformerDecoderLayer(TransformerDecoderLayerBase):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        if attention_kind(cfg, "decoder_attention") == "eva":
+        kind = attention_kind(cfg, "decoder_attention")
+        if kind != "softmax":
             if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
-                raise ValueError("--decoder-attention eva supports neither bias_kv, zero_attn nor --cross-self-attention")
-            return build_eva_attention(embed_dim, cfg.decoder.attention_heads, cfg, self.eva_role)
+                raise ValueError(f"--decoder-attention {kind} supports neither bias_kv, zero_attn nor --cross-self-attention")
+            return build_attention(kind, embed_dim, cfg.decoder.attention_heads, cfg, self.eva_role)
         return super().build_self_attention(embed_dim, cfg, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
 
 

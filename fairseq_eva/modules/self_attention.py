@@ -1,17 +1,19 @@
-"""EVAAttention with fairseq's MultiheadAttention calling convention (a thin adapter).
+"""The registry's attention modules with fairseq's MultiheadAttention calling convention (a thin adapter).
 
 - inputs are Time x Batch x Channel; `key_padding_mask` is Batch x Time, True at pads;
 - self-attention only: `key` and `value` must be `query` itself (or None);
 - `incremental_state` goes through fairseq's incremental-state helpers; the core's decoding cache is
   the module's input buffer, and `reorder_incremental_state` reorders it for beam search; while
   decoding incrementally `key_padding_mask` is not used (see `forward`);
-- returns `(output, None)`: EVA never forms the attention matrix, so no weights are returned;
-- `attn_mask`: causality is built into causal EVA, so the decoder's mask is not applied, but it is
-  checked to be the usual future mask (nothing else can be honoured); bidirectional EVA takes none.
+- returns `(output, None)`: the mechanisms never form the attention matrix, so no weights are returned;
+- `attn_mask`: causality is built into a causal mechanism, so the decoder's mask is not applied, but it is
+  checked to be the usual future mask (nothing else can be honoured); a bidirectional one takes none.
 
-Parameter names (q_proj, k_proj, v_proj, out_proj) are those of fairseq's MultiheadAttention.
+The adapter is a mix-in placed before the core module's class (`multihead(core_class)`), so parameter names
+(q_proj, k_proj, v_proj, out_proj) are those of fairseq's MultiheadAttention.
 """
 
+import functools
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -21,11 +23,11 @@ from torch import Tensor
 from ..attention import EVAAttention
 
 
-class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
-    """Multi-head EVA self-attention for fairseq layers (see the module docstring)."""
+class FairseqSelfAttention(FairseqIncrementalState):
+    """fairseq's calling convention around a core attention module (see the module docstring)."""
 
-    def __init__(self, embed_dim, num_heads, **eva_kwargs):
-        super().__init__(embed_dim, num_heads, **eva_kwargs)
+    def __init__(self, embed_dim, num_heads, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
         self._checked_mask = None  # (data_ptr, shape, dtype, device, version) of a verified future mask
 
     def forward(
@@ -42,15 +44,15 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         if (key is not None and key is not query) or (value is not None and value is not query):
-            raise ValueError("EVA is self-attention only: key and value must be the query itself")
+            raise ValueError(f"{self.name} is self-attention only: key and value must be the query itself")
         if static_kv or before_softmax:
-            raise ValueError("EVA attention supports neither static_kv nor before_softmax")
+            raise ValueError(f"{self.name} supports neither static_kv nor before_softmax")
         self._check_attn_mask(attn_mask, query.size(0))
         cache = None
         if incremental_state is not None:
             cache = self._get_input_buffer(incremental_state)
             # fairseq's SequenceGenerator feeds a pad only to a dead beam (score -inf, e.g. the beams
-            # beside the forced prefix of a prompt); the core's cache has no per-row mask, so such a
+            # beside the forced prefix of a prompt); the cores' caches have no per-row mask, so such a
             # token is attended as a token of that beam, whose outputs are never used.
             key_padding_mask = None
         out = super().forward(query.transpose(0, 1), key_padding_mask, cache)
@@ -62,7 +64,7 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
         if attn_mask is None:
             return
         if not self.causal:
-            raise ValueError("bidirectional EVA takes no attn_mask (use key_padding_mask for pads)")
+            raise ValueError(f"bidirectional {self.name} takes no attn_mask (use key_padding_mask for pads)")
         signature = (attn_mask.data_ptr(), tuple(attn_mask.shape), attn_mask.dtype, attn_mask.device,
                      attn_mask._version)
         if signature == self._checked_mask:
@@ -77,7 +79,7 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
                 ok = torch.equal(blocked, future) and bool((attn_mask.masked_fill(future, 0) == 0).all())
         if not ok:
             raise ValueError(
-                "causal EVA builds causality in and can only be given fairseq's future mask as attn_mask "
+                f"causal {self.name} builds causality in and can only be given fairseq's future mask as attn_mask "
                 f"(-inf above the diagonal, 0 elsewhere, {length} x {length}); got another mask of shape "
                 f"{tuple(attn_mask.shape)}"
             )
@@ -88,7 +90,7 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
     def _get_input_buffer(
         self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]]
     ) -> Dict[str, Optional[Tensor]]:
-        result = self.get_incremental_state(incremental_state, "eva_state")
+        result = self.get_incremental_state(incremental_state, "attention_state")
         return result if result is not None else {}
 
     def _set_input_buffer(
@@ -96,7 +98,7 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
         incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
         buffer: Dict[str, Optional[Tensor]],
     ):
-        return self.set_incremental_state(incremental_state, "eva_state", buffer)
+        return self.set_incremental_state(incremental_state, "attention_state", buffer)
 
     def reorder_incremental_state(
         self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]], new_order: Tensor
@@ -107,3 +109,14 @@ class EVAMultiheadAttention(FairseqIncrementalState, EVAAttention):
             self.reorder_cache(buffer, new_order)
             incremental_state = self._set_input_buffer(incremental_state, buffer)
         return incremental_state
+
+
+@functools.lru_cache(maxsize=None)
+def multihead(core_class):
+    """core_class with fairseq's calling convention: a class named like EVAAttention -> EVAMultiheadAttention."""
+    name = core_class.__name__.removesuffix("Attention") + "MultiheadAttention"
+    return type(name, (FairseqSelfAttention, core_class), {"name": core_class.__name__.removesuffix("Attention"),
+                                                          "__module__": __name__})
+
+
+EVAMultiheadAttention = multihead(EVAAttention)

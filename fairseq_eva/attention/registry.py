@@ -1,0 +1,139 @@
+"""The attention mechanisms one can choose: EVA, softmax and the paper's baselines, in one table.
+
+Each entry says how to build the mechanism's module, which directions it supports (bidirectional; causal,
+which includes incremental decoding), its options with the paper's defaults and help texts, and its cost: the
+multiply-adds per token of one layer's attention, all heads, beyond the four projections, as a function of the
+length N, the model width D = H d and its options, so that rows can be compared at equal cost. The fairseq
+layers build from this table (`--encoder-attention NAME`, `--decoder-attention NAME`); so do the benchmarks.
+
+Every module follows one contract (base.py): `Module(embed_dim, num_heads, causal=..., dropout=..., **options)`,
+`forward(x, key_padding_mask=None, cache=None)` on B x N x embed_dim, and `reorder_cache(cache, order)` where
+causal. Its naive float64 reference lives beside it, and its tests check it against that reference.
+"""
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Optional, Tuple
+
+BIDIRECTIONAL, CAUSAL = "bidirectional", "causal"
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of a mechanism: the module's keyword `name`, its type, the paper's default, a help text."""
+
+    name: str
+    type: Callable
+    default: Any
+    help: str
+    choices: Tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Mechanism:
+    """An attention mechanism: `module` is "package.module:Class" (imported when first built)."""
+
+    name: str
+    module: str
+    directions: Tuple[str, ...]
+    options: Tuple[Option, ...]
+    cost: Callable[..., float]  # cost(N, embed_dim, num_heads, causal=..., **options) -> MACs per token
+    description: str
+    fixed: Tuple[Tuple[str, Any], ...] = ()  # keywords always passed to the module (e.g. a feature map's name)
+
+    def module_class(self):
+        path, _, cls = self.module.partition(":")
+        return getattr(importlib.import_module(path, __package__), cls)
+
+    def defaults(self):
+        return {o.name: o.default for o in self.options}
+
+    def build(self, embed_dim, num_heads, causal=False, dropout=0.0, **options):
+        """The module, with the options not given at their defaults."""
+        refusal = self.refusal(causal)
+        if refusal:
+            raise ValueError(refusal)
+        unknown = set(options) - {o.name for o in self.options}
+        if unknown:
+            raise ValueError(f"{self.name} has no option {', '.join(sorted(unknown))}; its options: "
+                             f"{', '.join(o.name for o in self.options) or 'none'}")
+        kwargs = {**self.defaults(), **options, **dict(self.fixed)}
+        return self.module_class()(embed_dim, num_heads, causal=causal, dropout=dropout, **kwargs)
+
+    def refusal(self, causal) -> Optional[str]:
+        """Why this mechanism cannot run in that direction (one line naming the choices that can), or None."""
+        direction = CAUSAL if causal else BIDIRECTIONAL
+        if direction in self.directions:
+            return None
+        return (f"{self.name} attention is {' and '.join(self.directions)} only; {direction} choices: "
+                f"{', '.join(choices(direction))}")
+
+    def macs_per_token(self, N, embed_dim, num_heads, causal=False, **options):
+        return self.cost(N, embed_dim, num_heads, causal=causal, **{**self.defaults(), **options})
+
+
+MECHANISMS = {}
+
+
+def register(*mechanisms: Mechanism):
+    for mechanism in mechanisms:
+        if mechanism.name in MECHANISMS:
+            raise ValueError(f"attention mechanism {mechanism.name!r} registered twice")
+        MECHANISMS[mechanism.name] = mechanism
+
+
+def choices(direction=None):
+    """The mechanisms' names (those that support `direction`, if given), in the table's order."""
+    return [name for name, m in MECHANISMS.items() if direction is None or direction in m.directions]
+
+
+def get(name) -> Mechanism:
+    if name not in MECHANISMS:
+        raise ValueError(f"unknown attention {name!r}; choices: {', '.join(MECHANISMS)}")
+    return MECHANISMS[name]
+
+
+def build(name, embed_dim, num_heads, causal=False, dropout=0.0, **options):
+    return get(name).build(embed_dim, num_heads, causal=causal, dropout=dropout, **options)
+
+
+# ---------------------------------------------------------------------- EVA, local and softmax
+
+
+def softmax_cost(N, embed_dim, num_heads, causal=False):
+    """q.k and p v over N keys (N / 2 on average when causal)."""
+    return (N if causal else 2 * N) * embed_dim
+
+
+def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, **_):
+    """2 (|E| + C) D for the joint softmax, plus about 2 D per token for the chunk summaries (the proposal's
+    projections are per chunk, negligible). Causal: a query sees on average half its block, and the chunks
+    before its block, N / (2 s) on average."""
+    local = (2 * window_size if overlap else window_size) if not causal else (
+        window_size / 2 + (window_size if overlap else 0))
+    if causal:
+        chunks = N / (2 * chunk_size) if chunk_size else 0
+    else:
+        chunks = num_chunks or (N / chunk_size if chunk_size else 0)
+    return 2 * (local + chunks) * embed_dim + (2 * embed_dim if chunks else 0)
+
+
+_EVA_OPTIONS = (
+    Option("window_size", int, 256, "size w of the local blocks"),
+    Option("overlap", bool, False, "overlapping windows (|E| = 2w)"),
+)
+
+register(
+    Mechanism(
+        "eva", ".eva:EVAAttention", (BIDIRECTIONAL, CAUSAL),
+        (*_EVA_OPTIONS, Option("num_chunks", int, 128, "number C of chunks (bidirectional)"),
+         Option("chunk_size", int, 0, "fixed chunk size instead of C (causal: must divide w)")),
+        eva_cost, "EVA: exact softmax over a local window plus one control-variate estimate per chunk"),
+    Mechanism(
+        "softmax", ".softmax:SoftmaxAttention", (BIDIRECTIONAL, CAUSAL), (), softmax_cost,
+        "exact softmax attention (in fairseq's layers: fairseq's own MultiheadAttention)"),
+    Mechanism(
+        "local", ".eva:EVAAttention", (BIDIRECTIONAL, CAUSAL), _EVA_OPTIONS, eva_cost,
+        "block-local attention: EVA without chunks (the paper's Local baseline)",
+        fixed=(("num_chunks", 0), ("chunk_size", 0))),
+)
