@@ -30,6 +30,7 @@ import tempfile
 
 import torch
 
+from fairseq_eva.attention import registry
 from fairseq_eva.fairseq_fixes import checkpoint_safety
 
 
@@ -68,7 +69,7 @@ def load(path):
 
 
 def model_options(state):
-    """The architecture, attention kinds and EVA options a checkpoint records ({} for a bare state dict)."""
+    """The architecture, attention kinds and attention options a checkpoint records ({} for a bare state dict)."""
     cfg = state.get("cfg")
     model = cfg.get("model") if isinstance(cfg, dict) else None
     if model is None:
@@ -77,8 +78,9 @@ def model_options(state):
         return {}
     items = vars(model) if isinstance(model, argparse.Namespace) else dict(model)
     options = {"architecture": items.get("arch", items.get("_name"))}
+    prefixes = tuple(f"{mechanism}_" for mechanism in registry.choices())
     for name, value in sorted(items.items()):
-        if name.startswith("eva_") or name in ("encoder_attention", "decoder_attention"):
+        if name.startswith(prefixes) or name in ("encoder_attention", "decoder_attention"):
             options[name] = value
     return options
 
