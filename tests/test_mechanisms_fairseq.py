@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("fairseq")
 
 from fairseq_eva.attention import registry  # noqa: E402
-from fairseq_helpers import FIXTURES, USER_DIR, is_finite, json_records, lm_data, run, translation_data  # noqa: E402
+from fairseq_helpers import FIXTURES, REPO, USER_DIR, is_finite, json_records, lm_data, run, translation_data  # noqa: E402
 
 # options that make each mechanism fit the tiny models (64 tokens, 4 heads of 16); [] keeps its defaults
 TINY_OPTIONS = {
@@ -144,3 +144,14 @@ def test_each_causal_mechanism_is_a_language_model_that_fairseq_eval_lm_scores(t
         status, log = runs[f"eval-lm-{name}"]
         ppl = re.search(r"Perplexity: (\S+)", log)
         assert status == 0 and ppl and is_finite(float(ppl.group(1))), log[-3000:]
+
+
+def test_the_usage_page_lists_every_mechanism_as_the_registry_does():
+    from fairseq_eva.modules.options import mechanism_table
+
+    page = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
+    start, end = "tests/test_mechanisms_fairseq.py keeps it equal -->\n", "<!-- end of the table -->"
+    shown = page[page.index(start) + len(start) : page.index(end)].strip()
+    assert shown == mechanism_table(), (
+        "docs/usage.md's table of mechanisms differs from the registry: paste the output of\n"
+        "python -c 'from fairseq_eva.modules.options import mechanism_table; print(mechanism_table())'")

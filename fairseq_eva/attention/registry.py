@@ -101,14 +101,15 @@ def build(name, embed_dim, num_heads, causal=False, dropout=0.0, **options):
 
 
 def softmax_cost(N, embed_dim, num_heads, causal=False):
-    """q.k and p v over N keys (N / 2 on average when causal)."""
+    """2 N D (N D when causal). q.k and p v over the N keys (N / 2 on average when causal)."""
     return (N if causal else 2 * N) * embed_dim
 
 
 def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, **_):
-    """2 (|E| + C) D for the joint softmax, plus about 2 D per token for the chunk summaries (the proposal's
-    projections are per chunk, negligible). Causal: a query sees on average half its block, and the chunks
-    before its block, N / (2 s) on average."""
+    """2 (|E| + C) D + 2 D. 2 (|E| + C) D for the joint softmax over the local keys and the chunk summaries,
+    about 2 D for the summaries themselves (the proposal's projections are per chunk, negligible). Causal: a
+    query sees on average half its block (plus the previous block with overlap), and the chunks before its
+    block, N / (2 s) on average. Local attention: C = 0."""
     local = (2 * window_size if overlap else window_size) if not causal else (
         window_size / 2 + (window_size if overlap else 0))
     if causal:
@@ -137,3 +138,5 @@ register(
         "block-local attention: EVA without chunks (the paper's Local baseline)",
         fixed=(("num_chunks", 0), ("chunk_size", 0))),
 )
+
+from . import lara  # noqa: E402,F401  (registers lara)

@@ -434,3 +434,21 @@ def check_model_keys(cfg, model_class):
         problems.append(f"model.{key} is not an option of {arch or 'this model'}{hint}")
     if problems:
         raise EVAOptionError("; ".join(problems))
+
+
+# ------------------------------------------------------------------ the mechanisms' table (docs/usage.md)
+
+
+def mechanism_table():
+    """docs/usage.md's table of the attention choices, from the registry (a test keeps the page equal to it)."""
+    lines = ["| `--encoder-attention` / `--decoder-attention` | directions | options (default) | multiply-adds per token |",
+             "|---|---|---|---|"]
+    for name, mechanism in registry.MECHANISMS.items():
+        if name in EVA_LAYER:
+            options = "the `--eva-*` options" + (" (no chunks)" if name == "local" else "")
+        else:
+            options = ", ".join(f"`--{mechanism_option(name, o.name).replace('_', '-')}` ({o.default})"
+                                for o in mechanism.options) or "none"
+        cost = " ".join((mechanism.cost.__doc__ or "").split()).split(". ")[0].removesuffix(".").replace("|", "\\|")
+        lines.append(f"| `{name}`: {mechanism.description} | {', '.join(mechanism.directions)} | {options} | {cost} |")
+    return "\n".join(lines)
