@@ -140,3 +140,4 @@ register(
 )
 
 from . import lara  # noqa: E402,F401  (registers lara)
+from . import linformer  # noqa: E402,F401  (registers linformer)
