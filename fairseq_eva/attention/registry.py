@@ -112,16 +112,18 @@ def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=Fals
     block, N / (2 s) on average. Local attention: C = 0."""
     local = (2 * window_size if overlap else window_size) if not causal else (
         window_size / 2 + (window_size if overlap else 0))
+    local = min(local, N)  # a window longer than the sequence holds N keys
     if causal:
         chunks = N / (2 * chunk_size) if chunk_size else 0
     else:
-        chunks = num_chunks or (N / chunk_size if chunk_size else 0)
+        chunks = min(num_chunks, N) if num_chunks else (N / chunk_size if chunk_size else 0)
     return 2 * (local + chunks) * embed_dim + (2 * embed_dim if chunks else 0)
 
 
 _EVA_OPTIONS = (
     Option("window_size", int, 256, "size w of the local blocks"),
     Option("overlap", bool, False, "overlapping windows (|E| = 2w)"),
+    Option("use_rpe", bool, True, "T5-style bucketed relative position bias inside the window"),
 )
 
 register(
@@ -139,5 +141,6 @@ register(
         fixed=(("num_chunks", 0), ("chunk_size", 0))),
 )
 
-from . import lara  # noqa: E402,F401  (registers lara)
-from . import linformer  # noqa: E402,F401  (registers linformer)
+# The baselines register themselves, in the order of these imports (the order of the choices): linear attention
+# (performer, rfa, elu, t2r), then as the paper's masked-LM table.
+from . import linear, lara, linformer, reformer, combiner, long_short  # noqa: E402,F401,I001
