@@ -151,10 +151,10 @@ def reference(q, k, v, sigma_q, sigma_k, num_landmarks, mis="mis-opt", alpha_coe
 
 
 def lara_cost(N, embed_dim, num_heads, causal=False, num_landmarks=256, **_):
-    """Per token, for each of the C' = min(C, N) proposals and each head, d multiply-adds each for xi(k, omega_c),
-    for beta_c's numerator, for xi(q, omega_c), for r's logit q.q~_c and for the output's sum over c: 5 C' D;
-    plus sigma on q and k, two d x d products a head: 2 d D. Per sequence, xi(mu_c', omega_c) for all pairs
-    (C^2 d a head) is amortised over N tokens and left out."""
+    """5 C' D + 2 d D with C' = min(C, N). Per token, for each of the C' proposals and each head, d multiply-adds
+    each for xi(k, omega_c), for beta_c's numerator, for xi(q, omega_c), for r's logit q.q~_c and for the output's
+    sum over c: 5 C' D; sigma on q and k, two d x d products a head: 2 d D. Per sequence, xi(mu_c', omega_c) for
+    all pairs (C^2 d a head) is amortised over N tokens and left out."""
     head_dim = embed_dim // num_heads
     return 5 * min(num_landmarks, N) * embed_dim + 2 * head_dim * embed_dim
 
