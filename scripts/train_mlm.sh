@@ -8,7 +8,8 @@ usage() {
 usage: $0 VARIANT [hydra overrides...]
 
 VARIANT: eva_2048 | softmax_2048 | eva_4096 | softmax_4096 (paper validation ppl, EVA: 3.94 / 3.73;
-         softmax 3.74)
+         softmax 3.74); the baselines of the paper's table: local_2048 | performer_2048 | linformer_2048 |
+         reformer_2048 | lara_2048 | combiner_2048 | long_short_2048
 Effective batch 256 sequences (batch_size x GPUs x nodes x update_freq), as in the paper.
 
   DATA         binarised data (data-bin/mlm, from data_prep/prepare_mlm.sh)
@@ -22,7 +23,8 @@ USAGE
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
 (($#)) || { usage >&2; die "give a VARIANT"; }
 VARIANT=$1; shift
-case $VARIANT in eva_2048|softmax_2048|eva_4096|softmax_4096) ;; *) die "unknown VARIANT '$VARIANT' (eva_2048, softmax_2048, eva_4096, softmax_4096)" ;; esac
+case $VARIANT in eva_2048|softmax_2048|eva_4096|softmax_4096) ;; local_2048|performer_2048|linformer_2048|reformer_2048|lara_2048|combiner_2048|long_short_2048) ;;
+  *) die "unknown VARIANT '$VARIANT' (eva_2048, softmax_2048, eva_4096, softmax_4096; baselines: local_2048, performer_2048, linformer_2048, reformer_2048, lara_2048, combiner_2048, long_short_2048)" ;; esac
 CONFIG=${CONFIG:-mlm_$VARIANT}
 DATA=${DATA:-data-bin/mlm}
 SAVE_DIR=${SAVE_DIR:-checkpoints/mlm_$VARIANT}

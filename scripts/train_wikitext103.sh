@@ -8,7 +8,8 @@ usage() {
 usage: $0 VARIANT [hydra overrides...]
 
 VARIANT: eva_16l | softmax_16l | eva_32l | softmax_32l (paper, EVA: test ppl 19.4 (16 layers),
-         18.3 with context window 480 (32 layers))
+         18.3 with context window 480 (32 layers)); the baselines of the paper's table, at 16 layers:
+         elu_16l | rfa_16l | t2r_16l
 Effective batch 65536 tokens (max_tokens x GPUs x nodes x update_freq), as in the paper.
 
   DATA         binarised data (data-bin/wikitext-103, from data_prep/prepare_wikitext103.sh)
@@ -22,7 +23,8 @@ USAGE
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
 (($#)) || { usage >&2; die "give a VARIANT"; }
 VARIANT=$1; shift
-case $VARIANT in eva_16l|softmax_16l|eva_32l|softmax_32l) ;; *) die "unknown VARIANT '$VARIANT' (eva_16l, softmax_16l, eva_32l, softmax_32l)" ;; esac
+case $VARIANT in eva_16l|softmax_16l|eva_32l|softmax_32l|elu_16l|rfa_16l|t2r_16l) ;;
+  *) die "unknown VARIANT '$VARIANT' (eva_16l, softmax_16l, eva_32l, softmax_32l; baselines: elu_16l, rfa_16l, t2r_16l)" ;; esac
 CONFIG=${CONFIG:-wikitext103_$VARIANT}
 DATA=${DATA:-data-bin/wikitext-103}
 SAVE_DIR=${SAVE_DIR:-checkpoints/wikitext103_$VARIANT}

@@ -7,7 +7,8 @@ usage() {
     cat <<USAGE
 usage: $0 VARIANT [hydra overrides...]
 
-VARIANT: eva16 | eva32 | eva64 | softmax (paper BLEU 27.2 / 27.3 / 27.5 / 27.5)
+VARIANT: eva16 | eva32 | eva64 | softmax (paper BLEU 27.2 / 27.3 / 27.5 / 27.5); the baselines of the paper's
+         table: performer128 | lara16 | lara32 | lara64
 Effective batch 32768 tokens (max_tokens x GPUs x nodes x update_freq), as in the paper.
 
   DATA         binarised data (data-bin/wmt14_en_de, from data_prep/prepare_wmt14_en_de.sh)
@@ -21,7 +22,8 @@ USAGE
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
 (($#)) || { usage >&2; die "give a VARIANT"; }
 VARIANT=$1; shift
-case $VARIANT in eva16|eva32|eva64|softmax) ;; *) die "unknown VARIANT '$VARIANT' (eva16, eva32, eva64, softmax)" ;; esac
+case $VARIANT in eva16|eva32|eva64|softmax|performer128|lara16|lara32|lara64) ;;
+  *) die "unknown VARIANT '$VARIANT' (eva16, eva32, eva64, softmax; baselines: performer128, lara16, lara32, lara64)" ;; esac
 CONFIG=${CONFIG:-wmt14_en_de_$VARIANT}
 DATA=${DATA:-data-bin/wmt14_en_de}
 SAVE_DIR=${SAVE_DIR:-checkpoints/wmt14_en_de_$VARIANT}

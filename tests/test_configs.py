@@ -9,6 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from fairseq_eva.attention import registry
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
 
@@ -17,6 +19,26 @@ WIKI = {"wikitext103_eva_16l": ("eva", 16), "wikitext103_softmax_16l": ("softmax
         "wikitext103_eva_32l": ("eva", 32), "wikitext103_softmax_32l": ("softmax", 32)}
 MLM = {"mlm_eva_2048": ("eva", 2048), "mlm_softmax_2048": ("softmax", 2048),
        "mlm_eva_4096": ("eva", 4096), "mlm_softmax_4096": ("softmax", 4096)}
+# the baselines of the paper's tables: config -> (attention, the settings of the paper's row)
+BASELINES = {
+    "wmt14_en_de_performer128": ("performer", {"performer_num_features": 128, "performer_kernel": "positive"}),
+    "wmt14_en_de_lara16": ("lara", {"lara_num_landmarks": 16}),
+    "wmt14_en_de_lara32": ("lara", {"lara_num_landmarks": 32}),
+    "wmt14_en_de_lara64": ("lara", {"lara_num_landmarks": 64}),
+    "wikitext103_elu_16l": ("elu", {}),
+    "wikitext103_rfa_16l": ("rfa", {}),
+    "wikitext103_t2r_16l": ("t2r", {"t2r_num_features": 32}),
+    "mlm_local_2048": ("local", {"eva_window_size": 256, "eva_overlap": False}),
+    "mlm_performer_2048": ("performer", {"performer_kernel": "relu", "performer_num_features": 256}),
+    "mlm_linformer_2048": ("linformer", {"linformer_projected_dim": 256}),
+    "mlm_reformer_2048": ("reformer", {"reformer_num_hashes": 4, "reformer_chunk_size": 64}),
+    "mlm_lara_2048": ("lara", {"lara_num_landmarks": 256}),
+    "mlm_combiner_2048": ("combiner", {"combiner_span": 256, "combiner_abstraction": "deepsets-max"}),
+    "mlm_long_short_2048": ("long_short", {"long_short_window_size": 256, "long_short_num_landmarks": 128}),
+}
+WMT.update({name: None for name in BASELINES if name.startswith("wmt14")})
+WIKI.update({name: (attention, 16) for name, (attention, _) in BASELINES.items() if name.startswith("wikitext103")})
+MLM.update({name: (attention, 2048) for name, (attention, _) in BASELINES.items() if name.startswith("mlm")})
 ALL = sorted([*WMT, *WIKI, *MLM])
 
 # fairseq-hydra-train stores its schema under the config's name; hydra 1.3 warns about it
@@ -59,7 +81,9 @@ def test_wmt14_hyperparameters(name):
     # 32768 tokens a batch on the 8 GPUs the configs assume
     assert c.dataset.max_tokens * 8 * c.optimization.update_freq[0] == 32768
     window = WMT[name]
-    if window is None:
+    if name in BASELINES:
+        check_baseline(c, name, "encoder_attention")
+    elif window is None:
         assert c.model.encoder_attention == "softmax"
     else:  # abs(E) = 2 x window with overlap, C = 8, RPE on
         assert c.model.encoder_attention == "eva"
@@ -80,6 +104,8 @@ def test_wikitext103_hyperparameters(name):
     assert c.lr_scheduler._name == "cosine" and c.lr_scheduler.warmup_updates == 16000
     assert c.optimization.max_update == 286000 and c.optimization.clip_norm == 0.1
     assert c.dataset.max_tokens * 8 * c.optimization.update_freq[0] == 65536
+    if name in BASELINES:
+        check_baseline(c, name, "decoder_attention")
     if attention == "eva":  # abs(E) = 128, chunk size 8: C = 64 at length 512
         assert (c.model.eva_window_size, c.model.eva_chunk_size, c.model.eva_overlap) == (128, 8, False)
         assert c.task.tokens_per_sample // c.model.eva_chunk_size == 64
@@ -99,8 +125,17 @@ def test_mlm_hyperparameters(name):
     assert c.lr_scheduler._name == "polynomial_decay" and c.lr_scheduler.warmup_updates == 5000
     assert c.lr_scheduler.total_num_update == c.optimization.max_update == 200000
     assert c.dataset.batch_size * 8 * c.optimization.update_freq[0] == 256
+    if name in BASELINES:
+        check_baseline(c, name, "encoder_attention")
     if attention == "eva":
         assert (c.model.eva_window_size, c.model.eva_num_chunks) == (256, 128)
+
+
+def check_baseline(c, name, key):
+    attention, settings = BASELINES[name]
+    assert c.model[key] == attention
+    assert {k: c.model[k] for k in settings} == settings
+    assert not any(k.startswith("eva_") for k in c.model) or attention == "local"  # no options of another mechanism
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +187,13 @@ def test_config_builds_its_model(name, dicts):
             assert all(not m.causal and m.num_chunks == cfg.model.eva_num_chunks for m in eva)
             assert all(m.rpe is not None for m in eva)
     else:
-        assert not eva, kinds
+        assert not eva or attention == "local", kinds
+    if name in BASELINES:
+        core = registry.get(attention).module_class()
+        layers = [m for m in model.modules() if isinstance(m, core)]
+        assert layers and all(m.causal == (family == "wikitext103") for m in layers), kinds
+        if attention == "local":
+            assert all(m.chunks is None and m.window_size == 256 for m in layers)
     # and a forward pass
     model.eval()
     tokens = torch.randint(4, 100, (2, 24))
