@@ -205,3 +205,37 @@ def test_config_builds_its_model(name, dicts):
         else:
             out = model(tokens, masked_tokens=None)
     assert torch.isfinite(out[0]).all()
+
+
+# tiny data sizes on top of TINY, for a real run on the bundled sample
+TINY_RUN = {
+    "wmt14": ["dataset.max_tokens=1024"],
+    "wikitext103": ["task.tokens_per_sample=64", "dataset.max_tokens=1024"],
+    "mlm": ["task.tokens_per_sample=64", "model.max_positions=64", "dataset.batch_size=8", "optimization.update_freq=[1]"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_each_baseline_config_trains_on_the_sample_and_decodes(name, tmp_path_factory):
+    """fairseq-hydra-train on the bundled sample (3 updates, tiny sizes, the row's attention settings), then
+    fairseq-generate (beam search) for translation and fairseq-eval-lm for the language models."""
+    from fairseq_helpers import USER_DIR, is_finite, json_records, lm_data, run, translation_data
+
+    family = name.split("_")[0]
+    data = (translation_data if family == "wmt14" else lm_data)(tmp_path_factory)["bin"]
+    save = tmp_path_factory.mktemp(name)
+    proc = run("fairseq-hydra-train", "--config-dir", CONFIGS, "--config-name", name, f"task.data={data}",
+               f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={save}", "common.fp16=false", "common.cpu=true",
+               "optimization.max_update=3", "common.log_interval=1", *TINY[family], *TINY_RUN[family], cwd=save)
+    losses = [r["loss"] for r in json_records(proc.log, "train_inner")]
+    assert len(losses) == 3 and all(is_finite(x) for x in losses), proc.log[-3000:]
+    checkpoint = save / "checkpoint_last.pt"
+    if family == "wmt14":
+        out = run("fairseq-generate", data, "--user-dir", USER_DIR, "--cpu", "--path", checkpoint, "--beam", 4,
+                  "--lenpen", 0.6, "--max-len-b", 10, "--batch-size", 16, "--gen-subset", "test")
+        assert len([line for line in out.stdout.splitlines() if line.startswith("H-")]) == 40
+    elif family == "wikitext103":
+        out = run("fairseq-eval-lm", data, "--user-dir", USER_DIR, "--cpu", "--path", checkpoint,
+                  "--tokens-per-sample", 64, "--max-tokens", 2048, "--gen-subset", "valid")
+        assert "Perplexity:" in out.log
