@@ -41,6 +41,12 @@ def approximation(path):
     approx.plot(data["results"], argparse.Namespace(**data["settings"]), path)
 
 
+def approximation_equal_cost(path):
+    from benchmarks import approximation as approx
+
+    approx.plot_equal_cost(load("approximation.json")["results"], path)
+
+
 def decoding(path):
     from benchmarks import decoding as dec
 
@@ -115,6 +121,7 @@ def recall(path):
 FIGURES = {  # name: (draw, file under docs/img)
     "cpu_speed": (cpu_speed, "speed_c_loop.png"),
     "approximation": (approximation, "approximation.png"),
+    "approximation_equal_cost": (approximation_equal_cost, "approximation_equal_cost.png"),
     "decoding": (decoding, "decoding.png"),
     "training": (training, "training.png"),
     "gpu_speed": (gpu_speed, "gpu_h200_layer.png"),

@@ -50,26 +50,30 @@ def options(name, N, setting):
         base["max_positions"] = max(N, base.get("max_positions", 0))
     if setting == "paper" or name not in KNOBS:
         return base
-    return {**base, KNOBS[name]: equal_cost_knob(name, N, base)}
+    return {**base, KNOBS[name]: knob_for_cost(name, N, D_MODEL, HEADS, cost("eva", N, EVA), base)}
 
 
-def cost(name, N, opts):
-    return registry.get(name).macs_per_token(N, D_MODEL, HEADS, **opts)
+def cost(name, N, opts, embed_dim=D_MODEL, num_heads=HEADS, causal=False):
+    return registry.get(name).macs_per_token(N, embed_dim, num_heads, causal=causal, **opts)
 
 
-def equal_cost_knob(name, N, base):
-    """The knob value (1 .. N) whose cost per token is closest to EVA's at N, among those the module accepts;
-    of two equally close (Combiner's span s and N / s cost the same), the one nearer the paper's setting."""
-    target, knob = cost("eva", N, EVA), KNOBS[name]
+def knob_for_cost(name, N, embed_dim, num_heads, target, base, causal=False):
+    """The value (1 .. N) of `name`'s knob whose cost per token is closest to `target`, among those the module
+    accepts; of two equally close (Combiner's span s and N / s cost the same), the one nearer the paper's."""
+    knob = KNOBS[name]
     paper = base.get(knob, registry.get(name).defaults()[knob])
-    ranked = sorted(range(1, N + 1), key=lambda v: (round(abs(cost(name, N, {**base, knob: v}) - target)), abs(v - paper)))
-    return next(v for v in ranked if builds(name, {**base, knob: v}))
+
+    def gap(value):
+        return round(abs(cost(name, N, {**base, knob: value}, embed_dim, num_heads, causal) - target))
+
+    ranked = sorted(range(1, N + 1), key=lambda value: (gap(value), abs(value - paper)))
+    return next(v for v in ranked if builds(name, {**base, knob: v}, embed_dim, num_heads, causal))
 
 
-def builds(name, opts):
+def builds(name, opts, embed_dim=D_MODEL, num_heads=HEADS, causal=False):
     try:
         with torch.device("meta"):
-            registry.build(name, D_MODEL, HEADS, **opts)
+            registry.build(name, embed_dim, num_heads, causal=causal, **opts)
         return True
     except ValueError:
         return False

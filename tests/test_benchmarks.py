@@ -45,7 +45,7 @@ def test_speedups_pair_the_samples_of_each_round():
 def test_approximation(tmp_path):
     data = run(approximation, tmp_path, "--length", "64", "--windows", "8", "16", "64", "--chunks", "0", "4",
                "--causal-windows", "8",
-               "--chunk-sizes", "0", "2", "--features", "16", "--performer-seeds", "1", "--random-draws", "1",
+               "--chunk-sizes", "0", "2", "--costs", "16,8", "--causal-costs", "8,2", "--seeds", "1", "--random-draws", "1",
                "--lm-steps", "2", "--lm-cache", str(tmp_path / "lm"))
     assert set(data["results"]) == {"random", "model"}
     for name, result in data["results"].items():
@@ -53,9 +53,13 @@ def test_approximation(tmp_path):
         assert {(r["window"], r["chunks"]) for r in rows if r["mechanism"] == "eva" and not r["causal"]} == {
             (8, 0), (8, 4), (16, 0), (16, 4), (64, 0), (64, 4), (0, 4)}
         assert {(r["window"], r["chunk_size"]) for r in rows if r["causal"]} == {(8, 0), (8, 2)}
-        assert any(r["mechanism"] == "performer-16" for r in rows)
-        assert all(math.isfinite(r["error"]) and r["error"] >= 0 for r in rows)
-        assert [(c["window"], c["chunks"]) for c in result["equal_cost"]] == [(16, 0)]  # abs(E) + C = 16 features
+        assert all(math.isfinite(r["error"]) and r["error"] >= 0 for r in rows + result["equal_cost"])
+        same = {(r["causal"], r["mechanism"]): r for r in result["equal_cost"]}
+        assert set(same) == {(False, m) for m in ("eva", *approximation.EQUAL_COST)} | {
+            (True, m) for m in ("eva", "local", "performer", "performer-relu", "rfa", "elu")}
+        for causal in (False, True):  # each knob brings the mechanism's cost to EVA's
+            eva = same[causal, "eva"]["cost_d"]
+            assert all(abs(same[causal, m]["cost_d"] - eva) <= 0.05 * eva for m in ("performer", "rfa"))
     # a window covering the whole sequence without chunks is exact softmax attention
     assert all(r["error"] < 1e-9 for r in data["results"]["random"]["rows"] if r.get("window") == 64 and r["chunks"] == 0)
 
