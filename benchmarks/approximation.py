@@ -217,7 +217,7 @@ def plot_equal_cost(results, path):
 def main(argv=None):
     args = parse_args(argv)
     device = common.setup(args)
-    info = common.machine(device)
+    info = {**common.machine(device), "commit": common.commit()}
     results = {}
     for name, qkvs in input_sets(args).items():
         rows = measure(args, qkvs)

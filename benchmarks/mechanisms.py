@@ -162,7 +162,7 @@ def plot(rows, path):
 def main(argv=None):
     args = parse_args(argv)
     device = common.setup(args)
-    info = common.machine(device)
+    info = {**common.machine(device), "commit": common.commit()}
     rows = []
     for setting in args.settings:
         for N in args.lengths:
