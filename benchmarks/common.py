@@ -12,10 +12,12 @@ the core spent on the work, not the time it waited for the core (memory and cach
 processes still show).
 
 Peak memory (CPU): torch.profiler with profile_memory=True records every allocation and free of the CPU
-allocator with its running total, so the peak of live tensor bytes during the measured call, above what
-was live when it started, is exact and does not depend on the load or on the allocator's caching. It
-counts tensors (kernel scratch buffers that torch allocates as tensors included), not the interpreter or
-library code. CUDA: torch.cuda.max_memory_allocated over the same baseline.
+allocator, so the peak of the bytes that the measured call allocates and has not yet freed is exact and
+does not depend on the load or on the allocator's caching. It counts tensors (kernel scratch buffers that
+torch allocates as tensors included), not the interpreter or library code. Frees of tensors allocated
+before the call (a previous call's gradients, set to None at the start of the next) are not counted: the
+profiler sizes only the blocks it saw allocated, so counting them would make a layer's number depend on
+what was measured before it. CUDA: torch.cuda.max_memory_allocated above what was allocated at the start.
 """
 
 import ctypes
@@ -155,7 +157,8 @@ def median(values):
 
 
 def peak_memory(fn, device):
-    """Peak bytes of live tensors while fn runs, above those live when it starts (module docstring)."""
+    """Peak bytes of the tensors fn allocates and holds at once (CPU; CUDA: above those live when it starts;
+    module docstring)."""
     if device.type == "cuda":
         synchronize(device)
         before = torch.cuda.memory_allocated(device)
@@ -172,13 +175,16 @@ def peak_memory(fn, device):
         event = stack.pop()
         stack.extend(event.children)
         if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
-            fields = event.extra_fields
-            events.append((event.start_time_ns, fields.alloc_size, fields.total_allocated))
-    if not events:
-        return 0
-    events.sort(key=lambda e: e[0])
-    _, first_size, first_total = events[0]
-    return max(total for _, _, total in events) - (first_total - first_size)
+            events.append((event.start_time_ns, event.extra_fields.ptr, event.extra_fields.alloc_size))
+    live, total, peak = {}, 0, 0
+    for _, ptr, size in sorted(events, key=lambda e: (e[0], e[2] > 0)):  # at one time, a block is freed before reused
+        if size > 0:
+            live[ptr] = size
+            total += size
+            peak = max(peak, total)
+        elif ptr in live:  # (a free of a block from before fn is not counted)
+            total -= live.pop(ptr)
+    return peak
 
 
 def write_json(path, data):
