@@ -178,8 +178,8 @@ class EVAAttention(nn.Module):
         self.num_chunks = num_chunks
         self.chunk_size = chunk_size
         # q, k, v are three Linears, as in fairseq's MultiheadAttention, and `project` multiplies by their
-        # concatenation: one product instead of three. A single fused parameter would change the optimizer state
-        # of a run saved before (a size error on resume in float32; under --fp16 the Adam moments of fairseq's
+        # concatenation on CUDA: one product instead of three. A single fused parameter would change the optimizer
+        # state of a run saved before (a size error on resume in float32; under --fp16 the Adam moments of fairseq's
         # flat float32 buffer would land permuted).
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -202,9 +202,15 @@ class EVAAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def project(self, x):
-        """q, k, v (each B x H x N x d, views of one B x N x 3 x H x d product) of x (B x N x embed_dim)."""
+        """q, k, v (each B x H x N x d) of x (B x N x embed_dim). On CUDA views of one B x N x 3 x H x d product (one
+        launch instead of three; the Triton kernels read such views as they are). Elsewhere three products, each
+        token-major: the C loop copies views of one product into that layout and keeps the copies for the backward
+        (3 B x N x embed_dim more at the peak of a training step), and the chunk summaries, which keep k and v,
+        would keep the whole product, q's third too."""
         B, N, _ = x.shape
         projections = (self.q_proj, self.k_proj, self.v_proj)
+        if not x.is_cuda:
+            return tuple(self._split_heads(p(x)) for p in projections)
         weight = torch.cat([p.weight for p in projections])
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
         qkv = F.linear(x, weight, bias).view(B, N, 3, self.num_heads, self.head_dim)
