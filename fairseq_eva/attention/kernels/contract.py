@@ -134,5 +134,7 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
 
 def zero_unseen(y: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:
     """y with the queries that see no key set to 0, as the contract says: their logits are all at lowest(dtype)
-    (the kernels' additive mask), so their lse lies far below any real logit's."""
-    return y.masked_fill((lse < lowest(dtype) / 2)[..., None], 0)
+    (the kernels' additive mask), so their lse lies far below any real logit's. masked_fill returns (and its
+    backward gives y's gradient) a contiguous tensor: taken on the B x N x H x d view, both keep the token-major
+    layout in which the kernels write y and read its gradient, instead of a copy into it each way."""
+    return y.transpose(1, 2).masked_fill((lse < lowest(dtype) / 2).transpose(1, 2)[..., None], 0).transpose(1, 2)
