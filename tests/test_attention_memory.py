@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.common import peak_memory
 from fairseq_eva.attention import EVAAttention
+from fairseq_eva.attention.kernels import KERNELS, blockwise
 
 EMBED, HEADS = 256, 4
 RATIO = 2.3  # doubling N may at most multiply peak memory by this
@@ -151,3 +152,64 @@ def test_largest_tensor_detects_quadratic_attention():
     """Sanity check of the dispatch-mode recorder on exact softmax attention."""
     largest, _ = largest_tensor(SoftmaxAttention(), 512, EMBED)
     assert largest >= HEADS * 512 * 512
+
+
+# The training peak in terms of q's size: a layer of d_model 128, 2 heads, N = 2048; windows of 32, 4 chunks
+# (bidirectional), chunks of 32 (causal: 64 summaries). Plain, and the paper's trainable bias and dropout.
+PEAK_EMBED, PEAK_HEADS, PEAK_N, PEAK_WINDOW = 128, 2, 2048, 32
+PEAK_SETTINGS = {
+    "bidirectional": dict(window_size=PEAK_WINDOW, num_chunks=4, use_rpe=False),
+    "bidirectional+rpe+dropout": dict(window_size=PEAK_WINDOW, num_chunks=4, use_rpe=True, dropout=0.1),
+    "causal": dict(causal=True, window_size=PEAK_WINDOW, chunk_size=PEAK_WINDOW, use_rpe=False),
+    "causal+rpe+dropout": dict(causal=True, window_size=PEAK_WINDOW, chunk_size=PEAK_WINDOW, use_rpe=True, dropout=0.1),
+}
+# CPU kernels not held to it: the reference is the definition query by query (its autograd keeps every query's
+# keys), and the Triton kernel runs on the CPU only under Triton's interpreter
+CPU_KERNELS = [name for name, spec in KERNELS.items() if "cpu" in spec.devices and name not in ("reference", "triton")]
+
+
+@pytest.mark.parametrize("setting", PEAK_SETTINGS)
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+def test_training_peak_is_what_the_backward_holds(kernel, setting, monkeypatch):
+    """Forward + backward peak of the layer on each CPU kernel, Q the size of q (B x N x d_model floats), at most
+
+        8 Q     q, k and v (kept for the backward), the output (held by the caller until the backward ends), the
+                gradient that reaches the attention, and the gradients of q, k and v
+      + the parameters' gradients
+      + 16 tensors of the summaries' size (B x H x C x d): the chunk means of q and k, their proposal, omega, k~,
+        beta and their gradients
+      + Q / 2   the rest: a group of blocks (the blockwise kernel's held at 2^13 logits here), masks, log-sum-exp
+
+    and for the fused kernel what it keeps by design: its output (Q), and bidirectional, each block's keys and
+    values as [local keys ; summaries] (r = (w + C) / w times k's size) besides k and v, with their gradients in
+    place of dk and dv (2 r Q + 2 (r - 1) Q more). A copy of q, k or v kept for the backward exceeds it (as when q,
+    k, v were views of one concatenated product, which the C loop copied into its layout)."""
+    options = PEAK_SETTINGS[setting]
+    spec = KERNELS[kernel]
+    d = PEAK_EMBED // PEAK_HEADS
+    reason = spec.unavailable() or spec.refusal(torch.empty(1, PEAK_HEADS, PEAK_N, d), needs_grad=True,
+                                                dropout=options.get("dropout", 0.0), bias_grad=options["use_rpe"])
+    if reason:
+        pytest.skip(f"{kernel}: {reason}")
+    monkeypatch.setitem(blockwise.GROUP_ELEMENTS, "cpu", 2**13)
+    torch.manual_seed(0)
+    module = EVAAttention(PEAK_EMBED, PEAK_HEADS, kernel=kernel, **options).train()
+    x = torch.randn(1, PEAK_N, PEAK_EMBED, requires_grad=True)
+    grad = torch.randn_like(x)
+
+    def run():
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        module(x).backward(grad)
+
+    peak = peak_bytes(run)
+    Q = x.numel() * x.element_size()
+    C = options.get("num_chunks") or PEAK_N // options["chunk_size"]
+    summaries = 16 * PEAK_HEADS * C * d * x.element_size()
+    parameters = sum(p.numel() * p.element_size() for p in module.parameters())
+    kept = 0.0
+    if kernel == "fused":
+        r = (PEAK_WINDOW + C) / PEAK_WINDOW
+        kept = 1 + (0 if options.get("causal") else 2 * r + 2 * (r - 1))
+    bound = (8 + kept + 0.5) * Q + parameters + summaries
+    assert peak <= bound, f"peak {peak / Q:.2f} Q above {bound / Q:.2f} Q (Q = {Q / 2**20:.2f} MiB)"
