@@ -16,6 +16,31 @@ class FP16Error(UserError):
     """fp16 asked for without a CUDA GPU."""
 
 
+def under_hydra():
+    """Whether the options came from hydra (fairseq-hydra-train) rather than a command line of --options."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+    except ImportError:
+        return False
+    return HydraConfig.initialized()
+
+
+def option(group, key):
+    """How the user names fairseq's option `group.key`: `dataset.max_tokens` under fairseq-hydra-train,
+    `--max-tokens` on the other tools' command lines."""
+    return f"{group}.{key}" if under_hydra() else "--" + key.replace("_", "-")
+
+
+def task_option(name):
+    """`--task NAME`, or `task._name=NAME` under fairseq-hydra-train."""
+    return f"task._name={name}" if under_hydra() else f"--task {name}"
+
+
+def program():
+    """The name of the running tool (fairseq-generate, ...), as its one-line errors begin."""
+    return os.path.basename(sys.argv[0])
+
+
 def report_user_errors():
     """Make an uncaught UserError print as one line, `PROG: error: MESSAGE`, as argparse's errors do
     (fairseq's tools meet these long after parsing the command line); other exceptions are unchanged."""
@@ -25,7 +50,7 @@ def report_user_errors():
 
     def hook(kind, error, traceback):
         if issubclass(kind, UserError):
-            print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+            print(f"{program()}: error: {error}", file=sys.stderr)
         else:
             previous(kind, error, traceback)
 

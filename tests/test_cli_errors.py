@@ -1,6 +1,10 @@
 """Mistakes with fairseq's command-line tools: those fairseq meets before the plugin is loaded print what
-docs/troubleshooting.md says they print; those the plugin meets end with one line."""
+docs/troubleshooting.md says they print; those the plugin meets end with one line.
 
+Most mistakes run as jobs of one process (`run_jobs`): fairseq's tools called one after another, as their
+console scripts call them, so that fairseq is imported once rather than per mistake."""
+
+import json
 import re
 from pathlib import Path
 
@@ -8,9 +12,52 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import REPO, USER_DIR, lm_data, run  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, lm_data, run, translation_data  # noqa: E402
 
 DOC = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+# Each job: a fairseq_cli tool and its arguments, or Python code. Its output (stderr too) lies between markers; an
+# exception is reported by sys.excepthook, as the tool's own process reports it (one line for the plugin's errors).
+JOBS = r"""
+import importlib, json, sys
+sys.stderr = sys.stdout
+for job in json.loads(sys.argv[1]):
+    print("=== job " + job["name"], flush=True)
+    status = 0
+    try:
+        if "code" in job:
+            sys.argv = ["python"]
+            exec(job["code"], {})
+        else:
+            tool = importlib.import_module("fairseq_cli." + job["tool"])
+            sys.argv = ["fairseq-" + job["tool"].replace("_", "-"), *map(str, job["args"])]
+            tool.cli_main()
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    print(f"=== end {job['name']} {status}", flush=True)
+"""
+
+
+def run_jobs(jobs, cwd):
+    """Run the jobs (name: (tool, *args) or {"code": ...}) in one process; {name: (status, output)}."""
+    listed = [{"name": name, "code": job["code"]} if isinstance(job, dict) else
+              {"name": name, "tool": job[0], "args": [str(a) for a in job[1:]]} for name, job in jobs.items()]
+    proc = run("python", "-c", JOBS, json.dumps(listed), cwd=cwd, input="", check=False)
+    results = {}
+    for name, body, status in re.findall(r"^=== job (\S+)\n(.*?)^=== end \1 (-?\d+)$", proc.stdout, re.M | re.S):
+        results[name] = (int(status), body)
+    assert set(results) == set(jobs), proc.log[-3000:]
+    return results
+
+
+def last_line(result):
+    status, output = result
+    assert status != 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    return output.strip().splitlines()[-1]
 
 
 def documented(prefix):
@@ -29,15 +76,27 @@ def test_a_mistyped_user_dir_ends_as_documented(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory):
-    """A tiny EVA language model, two updates: a checkpoint as fairseq-train writes it."""
-    data = lm_data(tmp_path_factory)
-    save = tmp_path_factory.mktemp("cli_errors_lm")
-    run("fairseq-train", data["bin"], "--user-dir", USER_DIR, "--cpu", "--task", "language_modeling",
-        "--arch", "transformer_lm_eva_tiny", "--tokens-per-sample", 64, "--optimizer", "adam", "--lr", "1e-3",
-        "--criterion", "cross_entropy", "--max-tokens", 512, "--max-update", 2, "--no-epoch-checkpoints",
-        "--save-dir", save, cwd=save)
-    return {**data, "ckpt": save / "checkpoint_last.pt"}
+def trained(tmp_path_factory):
+    """A tiny EVA language model and a tiny EVA translation model, two updates each: checkpoints as
+    fairseq-train writes them, in one folder."""
+    lm, mt = lm_data(tmp_path_factory), translation_data(tmp_path_factory)
+    save = tmp_path_factory.mktemp("cli_errors_models")
+    common = ["--user-dir", USER_DIR, "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--criterion", "cross_entropy",
+              "--max-update", 2, "--no-epoch-checkpoints", "--no-last-checkpoints"]
+    results = run_jobs({
+        "lm": ("train", lm["bin"], *common, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
+               "--tokens-per-sample", 64, "--max-tokens", 512, "--save-dir", save / "lm"),
+        "mt": ("train", mt["bin"], *common, "--arch", "transformer_eva_tiny", "--max-tokens", 1024,
+               "--save-dir", save / "mt")}, cwd=save)
+    assert all(status == 0 for status, _ in results.values()), results
+    return {"save": save, "lm": {**lm, "ckpt": save / "lm" / "checkpoint_best.pt"},
+            "mt": {**mt, "ckpt": save / "mt" / "checkpoint_best.pt"}}
+
+
+@pytest.fixture(scope="module")
+def lm(trained):
+    """The language model's data and checkpoint."""
+    return trained["lm"]
 
 
 @pytest.mark.parametrize("user_dir", [None, "other"])
@@ -67,3 +126,63 @@ def test_fairseq_generate_on_a_damaged_checkpoint_is_one_line(lm, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"fairseq-generate: error: {damaged} is damaged (Bad CRC-32"), last
     assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def mistakes(trained, tmp_path_factory):
+    """The mistakes that the plugin stops, each a job of one process: {name: (status, output)}; `where` is its
+    working folder, where nothing may be left behind."""
+    where = tmp_path_factory.mktemp("cli_mistakes")
+    lm, mt = trained["lm"], trained["mt"]
+    plugin = ["--user-dir", USER_DIR, "--cpu"]
+    train_lm = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", 512, "--max-update", 2]
+    jobs = {
+        "path_missing": ("eval_lm", lm["bin"], *plugin, "--path", trained["save"] / "lm" / "checkpoint_lst.pt"),
+        "path_missing_nowhere": ("interactive", mt["bin"], *plugin, "--path", where / "nowhere" / "model.pt"),
+        "path_folder": ("generate", mt["bin"], *plugin, "--path", trained["save"] / "mt"),
+        "data_missing_train": ("train", where / "no_data", *plugin, "--task", "language_modeling",
+                               "--arch", "transformer_lm_eva_tiny", *train_lm, "--save-dir", where / "save"),
+        "data_missing_eval_lm": ("eval_lm", where / "no_data", *plugin, "--path", lm["ckpt"]),
+        "data_of_a_language_model": ("generate", lm["bin"], *plugin, "--path", mt["ckpt"]),
+        "data_of_translation": ("eval_lm", mt["bin"], *plugin, "--path", lm["ckpt"]),
+        "data_missing_hydra": ("hydra_train", "--config-dir", REPO / "tests" / "fixtures" / "hydra",
+                               "--config-name", "tiny_lm_eva", f"task.data={where / 'no_data'}",
+                               f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={where / 'hydra'}",
+                               f"hydra.run.dir={where / 'hydra'}"),
+    }
+    results = run_jobs(jobs, cwd=where)
+    return {"where": where, **results}
+
+
+PREPROCESS = "give the folder that fairseq-preprocess wrote (its --destdir; a data_prep script's DEST)"
+
+
+def test_a_path_that_is_missing_or_a_folder_is_one_line(mistakes, trained):
+    save, where = trained["save"], mistakes["where"]
+    assert last_line(mistakes["path_missing"]) == (
+        f"fairseq-eval-lm: error: checkpoint {save}/lm/checkpoint_lst.pt does not exist: {save}/lm holds "
+        f"{save}/lm/checkpoint_best.pt")
+    assert last_line(mistakes["path_missing_nowhere"]) == (
+        f"fairseq-interactive: error: checkpoint {where}/nowhere/model.pt does not exist: give a checkpoint file "
+        "that fairseq-train saved (in its --save-dir)")
+    assert last_line(mistakes["path_folder"]) == (
+        f"fairseq-generate: error: checkpoint {save}/mt is a folder: give a checkpoint file in it "
+        f"({save}/mt/checkpoint_best.pt)")
+
+
+def test_a_data_folder_that_is_missing_or_of_another_task_is_one_line(mistakes, trained):
+    where, lm, mt = mistakes["where"], trained["lm"], trained["mt"]
+    for name, tool in (("data_missing_train", "fairseq-train"), ("data_missing_eval_lm", "fairseq-eval-lm")):
+        assert last_line(mistakes[name]) == f"{tool}: error: data folder {where}/no_data does not exist: {PREPROCESS}"
+    status, output = mistakes["data_missing_hydra"]
+    assert status != 0 and "Traceback" not in output
+    assert f"data folder {where}/no_data does not exist: {PREPROCESS}" in output.splitlines()
+    assert last_line(mistakes["data_of_a_language_model"]) == (
+        f"fairseq-generate: error: {lm['bin']} holds a language model's data (dict.txt, no language pair), and "
+        "--task translation reads a source and a target language: for a language model add --task "
+        f"language_modeling; for translation {PREPROCESS}")
+    assert last_line(mistakes["data_of_translation"]) == (
+        f"fairseq-eval-lm: error: {mt['bin']} holds translation data (dict.de.txt, dict.en.txt), and --task "
+        "language_modeling reads one dictionary, dict.txt: give the data folder of a language model "
+        "(fairseq-preprocess --only-source wrote it)")
+    assert sorted(p.name for p in where.iterdir()) == []  # no save dir, no hydra run dir

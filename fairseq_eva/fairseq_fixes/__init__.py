@@ -6,11 +6,15 @@ with `python -c` and no `import fairseq_eva`):
 
 - batching: fairseq 0.12.3 drops the last batch when its size is not a multiple of
   --required-batch-size-multiple. Without it: fairseq-generate on the demo's 500 test sentences prints 496.
+- checkpoint_paths: a --path that is missing or a folder. Without it: `OSError: Model file not found` or
+  `IsADirectoryError` (fairseq-generate --path checkpoints/demo_mt).
 - checkpoint_safety: torch's weights-only loading refuses fairseq checkpoints (argparse.Namespace), a file that is
   not a checkpoint gets torch's advice to unpickle anything, and checkpoint_last.pt is a plain, non-atomic copy.
   Without it: fairseq-generate on a checkpoint of a legacy-configured model stops with torch's `weights_only` message.
 - clean_exit: fairseq's prefetching thread aborts Python at exit. Without it: a run that stops at --max-update
   early in an epoch ends with "terminate called without an active exception" (SIGABRT) after "done training".
+- data_dir: a data folder that is missing or holds another task's data. Without it: a FileNotFoundError
+  traceback (`fairseq-train no_such_folder ...`) or `Exception: Could not infer language pair`.
 - distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
 - eval_lm_window: fairseq-eval-lm with --context-window >= --tokens-per-sample fails inside its token blocks.
@@ -31,8 +35,10 @@ with `python -c` and no `import fairseq_eva`):
 
 from . import (
     batching,
+    checkpoint_paths,
     checkpoint_safety,
     clean_exit,
+    data_dir,
     eval_lm_window,
     harmless_warnings,
     interrupt,
@@ -41,8 +47,8 @@ from . import (
     wall_clock,
 )
 
-INSTALLED = (batching, checkpoint_safety, clean_exit, eval_lm_window, harmless_warnings, interrupt, quiet_logs, save_dir,
-             wall_clock)
+INSTALLED = (batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window, harmless_warnings,
+             interrupt, quiet_logs, save_dir, wall_clock)
 
 
 def install():
