@@ -21,6 +21,15 @@ TINY_OPTIONS = {
     "eva": None,  # tested on its own (test_fairseq_*.py)
     "softmax": None,  # fairseq's own MultiheadAttention
     "local": [],
+    "performer": ["--performer-num-features", 16],
+    "rfa": ["--rfa-num-features", 8],
+    "elu": [],
+    "t2r": ["--t2r-num-features", 8],
+    "lara": ["--lara-num-landmarks", 8],
+    "linformer": ["--linformer-projected-dim", 16, "--linformer-max-positions", 128],
+    "reformer": ["--reformer-chunk-size", 8],
+    "combiner": ["--combiner-span", 8],
+    "long_short": ["--long-short-window-size", 8, "--long-short-num-landmarks", 4],
 }
 UPDATES = 4
 COMMON = ["--user-dir", USER_DIR, "--cpu", "--optimizer", "adam", "--lr", "3e-3", "--log-format", "json",
@@ -65,7 +74,17 @@ def _mt(name, data, save):
 def _refused(name, data, save):
     return (f"refused-{name}", "train", [
         str(data), *COMMON, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
-        "--tokens-per-sample", "64", "--decoder-attention", name, "--save-dir", str(save / f"refused-{name}")])
+        "--tokens-per-sample", "64", "--max-tokens", "1024", "--decoder-attention", name,
+        "--save-dir", str(save / f"refused-{name}")])
+
+
+# option mistakes that only the fairseq layer can see: (job, arguments of a masked LM, the one line expected)
+REFUSALS = [
+    ("linformer-too-short", ["--encoder-attention", "linformer", "--linformer-max-positions", "32"],
+     "fairseq-train: error: --linformer-max-positions (32) must be at least the model's longest input (128 positions)"),
+    ("performer-features", ["--encoder-attention", "performer", "--performer-num-features", "0"],
+     "fairseq-train: error: --performer-num-features must be a positive integer, got 0"),
+]
 
 
 def mechanisms_to_test():
@@ -82,6 +101,10 @@ def jobs(prose, mt, save):
             out += _mt(name, mt, save)
         else:
             out += [_mlm(name, prose, save), _refused(name, prose, save)]
+    for job, args, _ in REFUSALS:
+        out.append((job, "train", [str(prose), *COMMON, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+                                   "roberta_eva_tiny", "--tokens-per-sample", "64", "--max-tokens", "1024", *args,
+                                   "--save-dir", str(save / job)]))
     return out
 
 
@@ -155,3 +178,10 @@ def test_the_usage_page_lists_every_mechanism_as_the_registry_does():
     assert shown == mechanism_table(), (
         "docs/usage.md's table of mechanisms differs from the registry: paste the output of\n"
         "python -c 'from fairseq_eva.modules.options import mechanism_table; print(mechanism_table())'")
+
+
+@pytest.mark.parametrize("job,line", [(job, line) for job, _, line in REFUSALS])
+def test_a_bad_mechanism_option_ends_in_one_line_before_training(runs, job, line):
+    status, log = runs[job]
+    lines = [x for x in log.strip().splitlines() if x.strip()]
+    assert status != 0 and "Traceback" not in log and lines[-1].startswith(line), log[-3000:]

@@ -354,6 +354,14 @@ def _check_mechanism(args, role, mechanism, hydra):
 
     options = mechanism_options(args, mechanism, hydra)
     attributes = _attributes(role)
+    if "max_positions" in options:  # a mechanism with learned length projections (Linformer): the model's inputs fit
+        side = "max_source_positions" if role == ENCODER else "max_target_positions"
+        longest = max((_get(args, a) or 0 for a in (side, "max_positions", "tokens_per_sample")), default=0)
+        if longest > options["max_positions"]:
+            option = option_name(mechanism_option(mechanism, "max_positions"), hydra)
+            raise EVAOptionError(f"{option} ({options['max_positions']}) must be at least the model's longest input "
+                                 f"({longest} positions): {mechanism} attention has a column of its length projections a "
+                                 f"position")
     embed_dim, num_heads = _get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"])
     dropout = _get(args, "attention_dropout") or 0.0
     try:
