@@ -7,7 +7,8 @@ N x N), and incremental decoding keeps (S, z) as its state, O(1) a token. Padded
 or v would not do: phi(0) != 0 for the exp and elu maps).
 
 The features and the linear attention run in float32 when the layer runs in half precision (fp16 or bf16), as
-the authors' code does: FAVOR+'s exponentials overflow fp16. Linear attention never normalises attention
+the authors' code does: FAVOR+'s exponential features leave fp16's range (exp(12) > 65504, and small features
+underflow). Linear attention never normalises attention
 probabilities, so attention dropout does not apply to it (the `dropout` argument is accepted and unused).
 """
 
@@ -74,7 +75,8 @@ class LinearAttention(ProjectedAttention):
 
 class PerformerAttention(LinearAttention):
     """Performer, FAVOR+ (Choromanski et al. 2021), `kernel` positive or relu, `num_features` m random features.
-    Fresh iid features every training forward, a fixed orthogonal draw (saved with the model) at evaluation."""
+    Fresh iid features every training forward, a fixed orthogonal draw (saved with the model) at evaluation; the
+    denominator is clamped at 1e-2, as in the authors' code."""
 
     def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, kernel="positive", num_features=256):
         super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout)

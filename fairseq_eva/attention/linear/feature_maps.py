@@ -24,10 +24,11 @@ class Features(NamedTuple):
 
 def gaussian_rows(heads, rows, dim, orthogonal=False, device=None, dtype=None):
     """heads x rows x dim Gaussian rows w ~ N(0, I): iid, or orthogonal within blocks of `dim` rows with chi(dim)
-    lengths (Choromanski et al. 2021, section 2.4: same marginals, lower variance). Plain torch ops from the
-    global generator (they also run on the meta device)."""
+    lengths (Choromanski et al. 2021, section 2.4: same marginals, lower variance), from the global generator."""
     if not orthogonal:
         return torch.randn(heads, rows, dim, device=device, dtype=dtype)
+    if torch.empty(0, device=device).is_meta:  # shapes only (QR's first meta call costs seconds)
+        return torch.empty(heads, rows, dim, device=device, dtype=dtype)
     blocks = math.ceil(rows / dim)
     q, r = torch.linalg.qr(torch.randn(heads, blocks, dim, dim, device=device, dtype=dtype))
     q = q * torch.diagonal(r, dim1=-2, dim2=-1).sign()[..., None, :]  # Haar-distributed
