@@ -44,11 +44,26 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
               (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal),
               logsize (--eva-chunk-logit-offset log(chunk size): each summary's logit as if it stood for
               its chunk's keys);
-  local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W.
+  local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W;
+  NAME        another attention of the registry that runs in the task's direction (docs/usage.md; lm: performer,
+              rfa, elu, t2r; mlm: also lara, linformer, reformer, combiner, long_short), at equal cost to the
+              task's eva row: its multiply-adds per token by the registry's formulas at the block length,
+              --dim and --heads come closest to EVA's (lm window 128, chunks of 8; mlm window 256, C = 128)
+              through the option that sets its cost (benchmarks/mechanisms.py KNOBS: performer num_features,
+              rfa num_features, t2r num_features, lara num_landmarks, linformer projected_dim, reformer
+              chunk_size, combiner span, long_short num_landmarks), the others at the paper's masked-LM
+              settings (Performer's ReLU features, Reformer's 4 hashes, Transformer-LS window 256;
+              benchmarks/mechanisms.py PAPER); Linformer's max_positions is the block length. The paper has no
+              causal Performer: lm performer rows use its positive (FAVOR+) features. elu has no such option
+              and keeps its only setting;
+  NAME-V      that attention with its cost option set to V instead (performer-256, reformer-64).
+The tables give each row's multiply-adds per token of one layer's attention (in units of the width D,
+beyond the projections; the registry's cost formulas) beside its name.
 """
 
 import argparse
 import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -69,20 +84,100 @@ ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-
                  % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
 DEFAULT_ROWS = "softmax,eva,local"
+DIM, HEADS = 256, 4  # the model's default width and heads (--dim, --heads)
+# a row named after another mechanism of the registry, NAME or NAME-V (V: the value of its cost option)
+MECHANISM_ROW = re.compile(r"([a-z][a-z0-9_]*?)(?:-([1-9][0-9]*))?")
+KIND_ORDER = ("softmax", "exact", "eva", "local")  # the rows that ROW names; the other mechanisms follow in the registry's order
+# settings of the lm rows on top of the paper's masked-LM ones: the paper has no causal Performer; its positive
+# (FAVOR+) features, the Performer's own for causal attention, rather than the masked LM's ReLU features
+LM_SETTINGS = {"performer": {"kernel": "positive"}}
 DEVICE_OPTIONS = {"cpu": ["--cpu"], "cuda": ["--fp16"]}  # fairseq-train's, as users train on each
 EVAL_OPTIONS = {"cpu": ["--cpu"], "cuda": []}
 CLOCK = {"cpu": "CPU", "cuda": "wall-clock"}  # what a row's time budget counts (see train_worker)
 SEED_DIR = re.compile(r"(.+)-seed([0-9]+)")
 
 
-def row_options(task, row, block):
-    """The attention options of a row of a task at blocks of `block` tokens (the rows are listed in --help);
-    ValueError says what is wrong with the name."""
+def mechanisms():
+    """benchmarks.mechanisms (the knobs, the paper's settings, knob_for_cost) and the attention registry, imported
+    when a row needs them (they import torch and fairseq)."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks import mechanisms as bench
+    from fairseq_eva.attention import registry
+
+    return bench, registry
+
+
+def eva_setting(task):
+    """The registry's options of the task's eva row (DEFAULTS), whose cost the other mechanisms' rows match."""
+    window, chunks = DEFAULTS[task]
+    if task == "lm":
+        return dict(window_size=window, chunk_size=chunks, num_chunks=0)
+    return dict(window_size=window, num_chunks=chunks, chunk_size=0)
+
+
+def valid_rows(task):
+    """The rows of a task, as --help writes them, for the refusals."""
+    bench, registry = mechanisms()
+    direction = registry.CAUSAL if task == "lm" else registry.BIDIRECTIONAL
+    others = [name + ("[-V]" if name in bench.KNOBS else "") for name in registry.choices(direction)
+              if name not in KIND_ORDER]
+    return ", ".join(["softmax", "exact", f"eva[-W-N][-{'|'.join(VARIANTS)}]", "local[-W]", *others])
+
+
+@functools.lru_cache(maxsize=None)
+def mechanism_setting(task, row, block, dim=DIM, heads=HEADS):
+    """(mechanism, its options) of a row named after a mechanism of the registry other than softmax, eva and
+    local: the paper's settings (the lm's where they differ) with the option that sets its cost chosen so that
+    the cost per token at `block` tokens, width `dim` and `heads` heads comes closest to the task's eva row, or
+    set to V (NAME-V). ValueError names a row that is not one of the task's."""
+    bench, registry = mechanisms()
+    m = MECHANISM_ROW.fullmatch(row)
+    name = m.group(1) if m else None
+    if name is None or name in KIND_ORDER or name not in registry.MECHANISMS:
+        raise ValueError(f"unknown row {row!r}; {task} rows: {valid_rows(task)}")
+    causal = task == "lm"
+    mechanism = registry.get(name)
+    if mechanism.refusal(causal):
+        raise ValueError(f"row {row!r}: {name} attention is {' and '.join(mechanism.directions)} only, no {task} row; "
+                         f"{task} rows: {valid_rows(task)}")
+    options = {**bench.PAPER.get(name, {}), **(LM_SETTINGS.get(name, {}) if causal else {})}
+    if name == "linformer":  # a column of length projections per position: one per position of the block
+        options["max_positions"] = block
+    knob = bench.KNOBS.get(name)
+    if m.group(2) and knob is None:
+        raise ValueError(f"row {row!r}: {name} attention has no option that sets its cost; its row is {name}")
+    if m.group(2):
+        options[knob] = int(m.group(2))
+    elif knob:
+        target = mechanism_cost("eva", eva_setting(task), block, dim, heads, causal)
+        options[knob] = bench.knob_for_cost(name, block, dim, heads, target, options, causal)
+    import torch
+
+    try:
+        with torch.device("meta"):
+            registry.build(name, dim, heads, causal=causal, **options)
+    except ValueError as error:
+        raise ValueError(f"row {row!r}: {error}") from None
+    return name, options
+
+
+def mechanism_cost(name, options, block, dim, heads, causal):
+    """Multiply-adds per token of one layer's attention (the registry's formula)."""
+    return mechanisms()[1].get(name).macs_per_token(block, dim, heads, causal=causal, **options)
+
+
+def row_options(task, row, block, dim=DIM, heads=HEADS):
+    """The attention options of a row of a task at blocks of `block` tokens, width `dim` and `heads` heads (the
+    rows are listed in --help); ValueError says what is wrong with the name."""
     m = ROW.fullmatch(row)
-    if m is None:
-        raise ValueError(f"unknown row {row!r}")
-    kind = m.group(1) or m.group(2) or m.group(4)
     attention = "--decoder-attention" if task == "lm" else "--encoder-attention"
+    if m is None:
+        name, options = mechanism_setting(task, row, block, dim, heads)
+        flags = [[f"--{name}-{option}".replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
+                 for option, value in options.items()]
+        return [attention, name, *(word for flag in flags for word in flag)]
+    kind = m.group(1) or m.group(2) or m.group(4)
     if kind == "softmax":
         return [attention, "softmax"]
     window = block if kind == "exact" else int(m.group(3) or m.group(5) or DEFAULTS[task][0])
@@ -94,6 +189,33 @@ def row_options(task, row, block):
     if m.group(7) == "logsize":  # its value, log(chunk size); lm: chunks of `chunks` tokens, mlm: `chunks` over the block
         variant = [*variant, f"{math.log(chunks if task == 'lm' else block / chunks):.4f}"]
     return [attention, "eva", "--eva-window-size", str(window), *map(str, chunk_options), "--eva-rpe", "true", *variant]
+
+
+def command_cost(command):
+    """Multiply-adds per token of one layer's attention, in units of the width D, of the model a training command
+    (a row's command.txt) trains: the registry's formula at its options and --tokens-per-sample; None when the
+    command does not say (no attention option)."""
+    words = command.split()
+
+    def value(flag):
+        return words[words.index(flag) + 1] if flag in words and words.index(flag) + 1 < len(words) else None
+
+    causal = "--decoder-attention" in words
+    side = "decoder" if causal else "encoder"
+    name = value(f"--{side}-attention")
+    block, dim, heads = value("--tokens-per-sample"), value(f"--{side}-embed-dim"), value(f"--{side}-attention-heads")
+    if None in (name, block, dim, heads):
+        return None
+    _, registry = mechanisms()
+    if name not in registry.MECHANISMS:
+        return None
+    options = {}
+    for option in registry.get(name).options:
+        prefix = "eva" if name in ("eva", "local") else name
+        given = value(f"--{prefix}-{option.name}".replace("_", "-"))
+        if given is not None:
+            options[option.name] = given.lower() in ("true", "1", "yes") if option.type is bool else option.type(given)
+    return mechanism_cost(name, options, int(block), int(dim), int(heads), causal) / int(dim)
 
 
 def log(message):
@@ -194,15 +316,16 @@ def row_dir(work, task, row, seed=1):
 
 def train_command(args, bin_dir, task, row, seed=1):
     """The training command of a row: `python long_context.py _train` and fairseq-train's arguments."""
+    attention = row_options(task, row, args.tokens_per_sample, args.dim, args.heads)
     if task == "lm":
-        model = ["--task", "language_modeling", "--arch", "transformer_lm_eva", *row_options(task, row, args.tokens_per_sample),
+        model = ["--task", "language_modeling", "--arch", "transformer_lm_eva", *attention,
                  "--decoder-layers", args.layers, "--decoder-embed-dim", args.dim, "--decoder-ffn-embed-dim", args.ffn,
                  "--decoder-attention-heads", args.heads]
     else:
         model = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_eva",
-                 *row_options(task, row, args.tokens_per_sample),
-                 "--encoder-layers", args.layers, "--encoder-embed-dim", args.dim, "--encoder-ffn-embed-dim", args.ffn,
-                 "--encoder-attention-heads", args.heads, "--max-positions", args.tokens_per_sample]
+                 *attention, "--encoder-layers", args.layers, "--encoder-embed-dim", args.dim,
+                 "--encoder-ffn-embed-dim", args.ffn, "--encoder-attention-heads", args.heads,
+                 "--max-positions", args.tokens_per_sample]
     return [sys.executable, os.path.abspath(__file__), "_train", bin_dir, "--user-dir", os.path.join(REPO, "fairseq_eva"),
             *model, "--tokens-per-sample", args.tokens_per_sample,
             "--sample-break-mode", "none", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", args.lr,
@@ -343,9 +466,6 @@ def approximate(args, bin_dir, env):
     return errors
 
 
-KIND_ORDER = ("softmax", "exact", "eva", "local")
-
-
 def row_results(work, task):
     """{(row, seed): summary} of the rows of a task in `work` that have a test perplexity."""
     rows = {}
@@ -356,7 +476,7 @@ def row_results(work, task):
         row = name[len("mlm-"):] if task == "mlm" else name
         m = SEED_DIR.fullmatch(row)
         row, seed = (m.group(1), int(m.group(2))) if m else (row, 1)
-        if ROW.fullmatch(row) is None:
+        if row_kind(row) is None:
             continue
         curve = [json.loads(x) for x in open(os.path.join(save, "curve.jsonl"))]
         load = json.load(open(os.path.join(save, "load.json"))) if os.path.exists(os.path.join(save, "load.json")) else None
@@ -364,8 +484,22 @@ def row_results(work, task):
                            "test": json.load(open(os.path.join(save, "test_ppl.json"))), "load": load,
                            "budget": float(open(os.path.join(save, "done")).read()),
                            "command": open(os.path.join(save, "command.txt")).read().strip()}
-    order = {kind: i for i, kind in enumerate(KIND_ORDER)}
-    return dict(sorted(rows.items(), key=lambda item: (order[item[0][0].split("-")[0]], item[0])))
+        rows[row, seed]["cost"] = command_cost(rows[row, seed]["command"])
+    kinds = {row_kind(row) for row, _ in rows}
+    others = [] if kinds <= set(KIND_ORDER) else [k for k in mechanisms()[1].choices() if k not in KIND_ORDER]
+    order = {kind: i for i, kind in enumerate((*KIND_ORDER, *others))}
+    return dict(sorted(rows.items(), key=lambda item: (order[row_kind(item[0][0])], item[0])))
+
+
+def row_kind(row):
+    """The kind of a row's name (softmax, exact, eva, local or a mechanism of the registry), None if it names none."""
+    m = ROW.fullmatch(row)
+    if m:
+        return m.group(1) or m.group(2) or m.group(4)
+    m = MECHANISM_ROW.fullmatch(row)
+    if m is None or m.group(1) in KIND_ORDER or m.group(1) not in mechanisms()[1].MECHANISMS:
+        return None
+    return m.group(1)
 
 
 def load_text(load):
@@ -401,7 +535,8 @@ def spaced(values, most=8):
 def task_tables(rows, task, half, clock="CPU"):
     """Markdown lines: the rows at the end of their budget (equal CPU time), valid_small perplexity at equal
     updates and at equal CPU time; a row of several seeds shows their mean, then each seed's value. A row whose
-    seeds ran to different budgets (one resumed further) is one line per budget, "row (B min)"."""
+    seeds ran to different budgets (one resumed further) is one line per budget, "row (B min)". Beside each row's
+    name, its attention's multiply-adds per token in units of D (- : its command does not say)."""
     budgets = {}
     for (row, seed), r in rows.items():
         budgets.setdefault(row, set()).add(r["budget"])
@@ -409,12 +544,14 @@ def task_tables(rows, task, half, clock="CPU"):
     for (row, seed), r in rows.items():
         name = row if len(budgets[row]) == 1 else f"{row} ({r['budget']:g} min)"
         by_row.setdefault(name, []).append(r)
+    cost = {row: "/".join(dict.fromkeys("-" if r["cost"] is None else f"{r['cost']:.0f}" for r in rs))
+            for row, rs in by_row.items()}
     test = f"test ppl, context 0 | context {half} | lower by" if task == "lm" else "test ppl (masked tokens)"
     lines = [f"At the end of each row's {clock}-time budget:", "",
-             f"| row | seeds | {clock} min budget | updates | {clock} s | valid_small ppl | {test} | load |",
-             "|---|---|---|---|---|---|---|---|" + ("---|---|" if task == "lm" else "")]
+             f"| row | MACs/token (D) | seeds | {clock} min budget | updates | {clock} s | valid_small ppl | {test} | load |",
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if task == "lm" else "")]
     for row, rs in by_row.items():
-        cells = [row, len(rs), seeds_text([r["budget"] for r in rs], "{:g}"),
+        cells = [row, cost[row], len(rs), seeds_text([r["budget"] for r in rs], "{:g}"),
                  seeds_text([r["last"]["updates"] for r in rs], "{:.0f}"), seeds_text([r["last"]["cpu_s"] for r in rs], "{:.0f}"),
                  seeds_text([r["last"]["ppl"] for r in rs])]
         if task == "lm":
@@ -431,18 +568,20 @@ def task_tables(rows, task, half, clock="CPU"):
                      and all(u in points for points in seen if points and min(points) <= u <= max(points)))
     if updates:
         columns = spaced(updates)
-        lines += ["", "valid_small perplexity at equal updates:", "", "| row | " + " | ".join(map(str, columns)) + " |",
-                  "|---|" + "---|" * len(columns)]
+        lines += ["", "valid_small perplexity at equal updates:", "",
+                  "| row | MACs/token (D) | " + " | ".join(map(str, columns)) + " |", "|---|---|" + "---|" * len(columns)]
         for row, rs in by_row.items():
             values = [[next((p["ppl"] for p in r["curve"] if p["updates"] == u), None) for r in rs] for u in columns]
-            lines.append(f"| {row} | " + " | ".join(seeds_text(v) for v in values) + " |")
+            lines.append(f"| {row} | {cost[row]} | " + " | ".join(seeds_text(v) for v in values) + " |")
     # a quarter, half, ... of the largest budget, and each smaller budget (a run ends just past its budget)
     ends = {r["budget"] for r in rows.values()}
     minutes = sorted({round(max(ends) * f, 1) for f in (0.25, 0.5, 0.75, 1.0)} | ends - {0})
     lines += ["", f"valid_small perplexity at equal {clock} time (minutes; interpolated between validations):", "",
-              "| row | " + " | ".join(f"{m:g}" for m in minutes) + " |", "|---|" + "---|" * len(minutes)]
+              "| row | MACs/token (D) | " + " | ".join(f"{m:g}" for m in minutes) + " |",
+              "|---|---|" + "---|" * len(minutes)]
     for row, rs in by_row.items():
-        lines.append(f"| {row} | " + " | ".join(seeds_text([ppl_at_cpu(r["curve"], m * 60) for r in rs]) for m in minutes) + " |")
+        lines.append(f"| {row} | {cost[row]} | "
+                     + " | ".join(seeds_text([ppl_at_cpu(r["curve"], m * 60) for r in rs]) for m in minutes) + " |")
     lines += ["", f"Commands (fairseq-train arguments; `_train` counts {clock} time):", ""]
     lines += [f"- {row}, seed {seed}: `{r['command']}`" for (row, seed), r in rows.items()]
     return lines + [""]
@@ -490,10 +629,13 @@ def plot(curves, path, title, ylabel="valid_small perplexity", clock="CPU"):
         log("matplotlib missing: no plot")
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    colours = {}
+    rows = list(dict.fromkeys(label.split(" seed ")[0] for label in curves))
+    # matplotlib's ten colours, or twenty (tab20) for more rows: every row its own
+    palette = [f"C{i}" for i in range(10)] if len(rows) <= 10 else [plt.get_cmap("tab20")(i % 20) for i in range(len(rows))]
+    colours = dict(zip(rows, palette))
     for label, points in curves.items():
         row = label.split(" seed ")[0]
-        colour = colours.setdefault(row, f"C{len(colours)}")
+        colour = colours[row]
         style = "-" if label == row else "--"
         for ax, x in zip(axes, ([p["cpu_s"] / 60 for p in points], [p["updates"] for p in points])):
             ax.plot(x, [p["ppl"] for p in points], style, color=colour, marker=".", label=label)
@@ -562,9 +704,9 @@ def parse_args(argv=None):
     p.add_argument("--tokens-per-sample", type=int, default=2048, help="block length (2048)")
     p.add_argument("--blocks-per-batch", type=int, default=2, help="blocks per update (2)")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--dim", type=int, default=DIM)
     p.add_argument("--ffn", type=int, default=512)
-    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--heads", type=int, default=HEADS)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=100, help="warm-up updates (100)")
     p.add_argument("--validate-every", type=int, default=25, help="updates between validations/checkpoints (25)")
@@ -581,10 +723,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.rows = args.rows.split(",")
     args.tasks = TASKS if args.task == "all" else (args.task,)
-    for task in set(args.tasks) - {"approx"}:
+    for task in [task for task in args.tasks if task != "approx"]:
         for row in args.rows:
             try:
-                row_options(task, row, args.tokens_per_sample)
+                row_options(task, row, args.tokens_per_sample, args.dim, args.heads)
             except ValueError as e:
                 p.error(f"--rows: {e}")
     try:

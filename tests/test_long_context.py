@@ -35,8 +35,15 @@ def test_help_names_the_tasks():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rows", "softmax,performer"], "--rows: unknown row 'performer'"),
+    (["--rows", "softmax,performr"], "--rows: unknown row 'performr'; lm rows: softmax, exact, "
+                                     "eva[-W-N][-nonoise|linear|identity|logsize], local[-W], performer[-V], rfa[-V], elu, "
+                                     "t2r[-V]\n"),
     (["--rows", "eva-64"], "--rows: unknown row 'eva-64'"),
+    (["--task", "mlm", "--rows", "softmax-2"], "--rows: unknown row 'softmax-2'; mlm rows: softmax, exact, "),
+    (["--task", "mlm", "--rows", "lara,Lara"], "lara[-V], linformer[-V], reformer[-V], combiner[-V], long_short[-V]\n"),
+    (["--rows", "lara"], "--rows: row 'lara': lara attention is bidirectional only, no lm row; lm rows: softmax, "),
+    (["--task", "mlm", "--rows", "elu-16"], "--rows: row 'elu-16': elu attention has no option that sets its cost; "
+                                           "its row is elu"),
     (["--task", "mlm", "--tokens-per-sample", "384"], "(384) must be a multiple of row eva's mlm EVA window (256)"),
     (["--tokens-per-sample", "384"], "(384) must be a multiple of row eva's mlm EVA window (256)"),  # all: mlm too
     (["--tokens-per-sample", "200", "--task", "lm"], "multiple of row eva's lm EVA window (128)"),
@@ -96,10 +103,59 @@ def test_row_options_say_each_rows_attention():
             lc.row_options("lm", bad, 512)
 
 
+def test_mechanism_rows_are_the_registrys_at_the_papers_settings_and_named_knob():
+    lm, mlm = "--decoder-attention", "--encoder-attention"
+    assert lc.row_options("lm", "performer", 2048) == [lm, "performer", "--performer-kernel", "positive",
+                                                       "--performer-num-features", "97"]
+    assert lc.row_options("mlm", "performer", 2048) == [mlm, "performer", "--performer-kernel", "relu",
+                                                        "--performer-num-features", "193"]
+    assert lc.row_options("mlm", "reformer", 2048)[2:5] == ["--reformer-num-hashes", "4", "--reformer-chunk-size"]
+    assert lc.row_options("mlm", "linformer", 1024)[-2:] == ["--linformer-max-positions", "1024"]
+    assert lc.row_options("mlm", "long_short", 2048)[2:4] == ["--long-short-window-size", "256"]
+    assert lc.row_options("lm", "elu", 2048) == [lm, "elu"] and lc.row_options("mlm", "elu", 2048) == [mlm, "elu"]
+    assert lc.row_options("lm", "performer-64", 2048)[-1] == "64"  # pinned
+    assert lc.row_options("mlm", "long_short-16", 512, dim=64, heads=2)[-2:] == ["--long-short-num-landmarks", "16"]
+    assert lc.row_kind("long_short-16") == "long_short" and lc.row_kind("eva-128-8") == "eva"
+    assert lc.row_kind("eva-64") is None and lc.row_kind("bin") is None
+
+
+@pytest.mark.parametrize("task, block, dim, heads", [("lm", 2048, 256, 4), ("mlm", 2048, 256, 4), ("lm", 512, 64, 2),
+                                                     ("mlm", 1024, 128, 4)])
+def test_mechanism_rows_cost_what_the_tasks_eva_row_costs(task, block, dim, heads):
+    """Each knob is chosen by the registry's cost formulas: within 2% of the eva row's multiply-adds per token
+    (its default setting) at the block length and width; elu, without a knob, costs 2 d D."""
+    command = " ".join(lc.row_options(task, "eva", block) + ["--tokens-per-sample", str(block)])
+    side = "decoder" if task == "lm" else "encoder"
+    shape = f" --{side}-embed-dim {dim} --{side}-attention-heads {heads}"
+    eva = lc.command_cost(command + shape)
+    direction = "causal" if task == "lm" else "bidirectional"
+    rows = [row for row in lc.mechanisms()[1].choices(direction) if row not in lc.KIND_ORDER]
+    assert rows == ["performer", "rfa", "elu", "t2r"] + (["lara", "linformer", "reformer", "combiner", "long_short"]
+                                                        if task == "mlm" else [])
+    for row in rows:
+        options = lc.row_options(task, row, block, dim, heads)
+        cost = lc.command_cost(" ".join(options) + f" --tokens-per-sample {block}" + shape)
+        if row == "elu":
+            assert cost == 2 * dim // heads
+        else:
+            assert cost == pytest.approx(eva, rel=0.02), (row, options)
+
+
+def test_a_rows_cost_is_read_from_its_command():
+    assert lc.command_cost("_train BIN --save-dir x") is None
+    assert lc.command_cost("--encoder-attention softmax --encoder-embed-dim 64 --encoder-attention-heads 2 "
+                           "--tokens-per-sample 512") == 1024
+    assert lc.command_cost("--decoder-attention eva --eva-window-size 128 --eva-chunk-size 8 --decoder-embed-dim 256 "
+                           "--decoder-attention-heads 4 --tokens-per-sample 2048") == 386
+    assert lc.command_cost("--encoder-attention performer --performer-kernel relu --performer-num-features 200 "
+                           "--encoder-embed-dim 64 --encoder-attention-heads 2 --tokens-per-sample 512") == 800
+
+
 @pytest.mark.parametrize("task", ["lm", "mlm"])
 def test_rows_of_a_task_differ_only_by_their_attention_options(task, tmp_path):
     args = lc.parse_args(["corpus", "--work", str(tmp_path), "--budget-minutes", "12"])
-    rows = ("softmax", "exact", "eva", "eva-512-16", "local", "local-512")
+    rows = ("softmax", "exact", "eva", "eva-512-16", "local", "local-512", "performer", "elu", "t2r-8",
+            *(("linformer", "combiner") if task == "mlm" else ()))
     commands = {row: [str(c) for c in lc.train_command(args, "BIN", task, row)] for row in rows}
     stripped = set()
     for row, cmd in commands.items():
@@ -223,9 +279,9 @@ def test_report_tables_each_finished_row_with_its_own_budget_and_load(tmp_path):
     args = lc.parse_args(["corpus", "--work", str(tmp_path)])
     lc.report(args)
     text = (tmp_path / "results.md").read_text()
-    assert "| softmax | 1 | 20 | 10 | 61 | 400.00 | 101.50 | 100.25 | 1.2% | - |" in text
+    assert "| softmax | - | 1 | 20 | 10 | 61 | 400.00 | 101.50 | 100.25 | 1.2% | - |" in text
     assert "| eva |" not in text.split("## Masked")[0]
-    assert "| eva | 1 | 12 | 10 | 61 | 400.00 | 55.50 | 1.50 / 2.25 |" in text
+    assert "| eva | - | 1 | 12 | 10 | 61 | 400.00 | 55.50 | 1.50 / 2.25 |" in text
     assert "| 0 | 0.250 | 0.500 |\n| 1 | 0.125 | 0.750 |" in text
     assert f"`_train BIN --save-dir {tmp_path / 'mlm-eva'}`" in text
     if importlib.util.find_spec("matplotlib"):
@@ -244,15 +300,15 @@ def test_report_gives_each_seed_beside_the_mean_at_equal_updates_and_cpu_time(tm
         (d / "command.txt").write_text("_train\n")
     lc.report(lc.parse_args(["corpus", "--work", str(tmp_path)]))
     text = (tmp_path / "results.md").read_text()
-    assert "| eva-128-4 | 1 | 4.5 | 30 | 270 | 125.00 | 100.00 | 90.00 | 10.0% |" in text
-    assert "| local | 2 | 2 (2, 2) | 20 (20, 20) | 120 (120, 120) | 150.00 (100.00, 200.00) |" in text
+    assert "| eva-128-4 | - | 1 | 4.5 | 30 | 270 | 125.00 | 100.00 | 90.00 | 10.0% |" in text
+    assert "| local | - | 2 | 2 (2, 2) | 20 (20, 20) | 120 (120, 120) | 150.00 (100.00, 200.00) |" in text
     equal_updates = text.split("at equal updates:")[1].split("perplexity at equal CPU time")[0]
-    assert "| row | 10 | 20 |" in equal_updates
-    assert "| local | 350.00 (400.00, 300.00) | 150.00 (100.00, 200.00) |" in equal_updates
+    assert "| row | MACs/token (D) | 10 | 20 |" in equal_updates
+    assert "| local | - | 350.00 (400.00, 300.00) | 150.00 (100.00, 200.00) |" in equal_updates
     equal_time = text.split("perplexity at equal CPU time")[1]
-    assert "| row | 1.1 | 2 | 2.2 | 3.4 | 4.5 |" in equal_time  # quarters of the largest budget, and each budget
-    assert "| eva-128-4 | - | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
-    assert "| local | 318.15 (348.22, 288.08) | 150.00 (100.00, 200.00) | - | - | - |" in equal_time
+    assert "| row | MACs/token (D) | 1.1 | 2 | 2.2 | 3.4 | 4.5 |" in equal_time  # quarters of the largest budget, each budget
+    assert "| eva-128-4 | - | - | 396.85 |" in equal_time  # geometric: 500 ** (2/3) * 250 ** (1/3)
+    assert "| local | - | 318.15 (348.22, 288.08) | 150.00 (100.00, 200.00) | - | - | - |" in equal_time
     assert equal_time.index("eva-128-4") < equal_time.index("local")
 
 
@@ -262,8 +318,29 @@ def test_report_splits_a_row_whose_seeds_ran_to_different_budgets(tmp_path):
     fake_row(tmp_path, "local-seed2", 20.0, {"0": 12.0, "1024": 12.0})
     lc.report(lc.parse_args(["corpus", "--work", str(tmp_path)]))
     text = (tmp_path / "results.md").read_text()
-    assert "| local (60 min) | 1 | 60 | 10 | 61 | 400.00 | 10.00 | 10.00 | 0.0% | - |" in text
-    assert "| local (20 min) | 1 | 20 | 10 | 61 | 400.00 | 12.00 | 12.00 | 0.0% | - |" in text
+    assert "| local (60 min) | - | 1 | 60 | 10 | 61 | 400.00 | 10.00 | 10.00 | 0.0% | - |" in text
+    assert "| local (20 min) | - | 1 | 20 | 10 | 61 | 400.00 | 12.00 | 12.00 | 0.0% | - |" in text
+
+
+def test_report_shows_mechanism_rows_with_their_cost_beside_the_name(tmp_path):
+    """Rows named after other mechanisms are tabled like the others, after softmax, exact, eva and local and in the
+    registry's order, each with its multiply-adds per token (units of D) read from its training command."""
+    args = lc.parse_args(["corpus", "--work", str(tmp_path), "--task", "mlm", "--tokens-per-sample", "512", "--dim", "64",
+                          "--heads", "2"])
+    for row in ("long_short", "performer", "eva", "elu", "performer-seed2"):
+        fake_row(tmp_path, f"mlm-{row}", 12.0, {"test": 50.0})
+        command = lc.train_command(args, "BIN", "mlm", row.split("-seed")[0], seed=2 if "seed2" in row else 1)
+        (tmp_path / f"mlm-{row}" / "command.txt").write_text(" ".join(map(str, command[2:])) + "\n")
+    lc.report(args)
+    text = (tmp_path / "results.md").read_text()
+    assert "| eva | 770 | 1 | 12 | 10 | 61 | 400.00 | 50.00 | - |" in text  # 2 (256 + 128) D + 2 D
+    assert "| performer | 772 | 2 | 12 (12, 12) |" in text  # 193 ReLU features, 4 m D
+    assert "| long_short | 770 | 1 |" in text and "| elu | 64 | 1 |" in text  # 2 d D
+    equal_updates = text.split("at equal updates:")[1]
+    assert "| performer | 772 | 900.00 (900.00, 900.00) | 400.00 (400.00, 400.00) |" in equal_updates
+    table = text.split("## Masked language model")[1].split("valid_small perplexity")[0]
+    assert [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "MACs" not in line] == [
+        "| eva", "| performer", "| elu", "| long_short"]
 
 
 def test_ppl_at_cpu_interpolates_in_log_perplexity_and_not_beyond_the_curve():
