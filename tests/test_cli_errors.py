@@ -18,6 +18,7 @@ DOC = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
 
 # Each job: a fairseq_cli tool and its arguments, or Python code. Its output (stderr too) lies between markers; an
 # exception is reported by sys.excepthook, as the tool's own process reports it (one line for the plugin's errors).
+# fairseq keeps a run's best validation loss on its save_checkpoint function: it is dropped before each job.
 JOBS = r"""
 import importlib, json, sys
 sys.stderr = sys.stdout
@@ -25,6 +26,8 @@ for job in json.loads(sys.argv[1]):
     print("=== job " + job["name"], flush=True)
     status = 0
     try:
+        from fairseq import checkpoint_utils
+        vars(checkpoint_utils.save_checkpoint).pop("best", None)
         if "code" in job:
             sys.argv = ["python"]
             exec(job["code"], {})
@@ -75,22 +78,29 @@ def test_a_mistyped_user_dir_ends_as_documented(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == line
 
 
+HYDRA_LM = ("--config-dir", REPO / "tests" / "fixtures" / "hydra", "--config-name", "tiny_lm_eva")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny EVA language model and a tiny EVA translation model, two updates each: checkpoints as
-    fairseq-train writes them, in one folder."""
+    fairseq-train writes them, in one folder; and a language model as fairseq-hydra-train writes it (the demo's
+    and the training scripts' checkpoints: its config holds no argparse.Namespace)."""
     lm, mt = lm_data(tmp_path_factory), translation_data(tmp_path_factory)
     save = tmp_path_factory.mktemp("cli_errors_models")
     common = ["--user-dir", USER_DIR, "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--criterion", "cross_entropy",
-              "--max-update", 2, "--no-epoch-checkpoints", "--no-last-checkpoints"]
+              "--max-update", 2, "--no-epoch-checkpoints"]
     results = run_jobs({
         "lm": ("train", lm["bin"], *common, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
                "--tokens-per-sample", 64, "--max-tokens", 512, "--save-dir", save / "lm"),
         "mt": ("train", mt["bin"], *common, "--arch", "transformer_eva_tiny", "--max-tokens", 1024,
-               "--save-dir", save / "mt")}, cwd=save)
+               "--save-dir", save / "mt"),
+        "hydra": ("hydra_train", *HYDRA_LM, f"task.data={lm['bin']}", f"common.user_dir={USER_DIR}",
+                  f"checkpoint.save_dir={save / 'hydra'}", f"hydra.run.dir={save / 'hydra'}",
+                  "optimization.max_update=2")}, cwd=save)
     assert all(status == 0 for status, _ in results.values()), results
     return {"save": save, "lm": {**lm, "ckpt": save / "lm" / "checkpoint_best.pt"},
-            "mt": {**mt, "ckpt": save / "mt" / "checkpoint_best.pt"}}
+            "mt": {**mt, "ckpt": save / "mt" / "checkpoint_best.pt"}, "hydra": save / "hydra" / "checkpoint_best.pt"}
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +155,7 @@ def mistakes(trained, tmp_path_factory):
         "data_missing_eval_lm": ("eval_lm", where / "no_data", *plugin, "--path", lm["ckpt"]),
         "data_of_a_language_model": ("generate", lm["bin"], *plugin, "--path", mt["ckpt"]),
         "data_of_translation": ("eval_lm", mt["bin"], *plugin, "--path", lm["ckpt"]),
-        "data_missing_hydra": ("hydra_train", "--config-dir", REPO / "tests" / "fixtures" / "hydra",
-                               "--config-name", "tiny_lm_eva", f"task.data={where / 'no_data'}",
+        "data_missing_hydra": ("hydra_train", *HYDRA_LM, f"task.data={where / 'no_data'}",
                                f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={where / 'hydra'}",
                                f"hydra.run.dir={where / 'hydra'}"),
     }
@@ -161,13 +170,13 @@ def test_a_path_that_is_missing_or_a_folder_is_one_line(mistakes, trained):
     save, where = trained["save"], mistakes["where"]
     assert last_line(mistakes["path_missing"]) == (
         f"fairseq-eval-lm: error: checkpoint {save}/lm/checkpoint_lst.pt does not exist: {save}/lm holds "
-        f"{save}/lm/checkpoint_best.pt")
+        f"{save}/lm/checkpoint_best.pt, {save}/lm/checkpoint_last.pt")
     assert last_line(mistakes["path_missing_nowhere"]) == (
         f"fairseq-interactive: error: checkpoint {where}/nowhere/model.pt does not exist: give a checkpoint file "
         "that fairseq-train saved (in its --save-dir)")
     assert last_line(mistakes["path_folder"]) == (
         f"fairseq-generate: error: checkpoint {save}/mt is a folder: give a checkpoint file in it "
-        f"({save}/mt/checkpoint_best.pt)")
+        f"({save}/mt/checkpoint_best.pt, {save}/mt/checkpoint_last.pt)")
 
 
 def test_a_data_folder_that_is_missing_or_of_another_task_is_one_line(mistakes, trained):
@@ -186,3 +195,29 @@ def test_a_data_folder_that_is_missing_or_of_another_task_is_one_line(mistakes, 
         "language_modeling reads one dictionary, dict.txt: give the data folder of a language model "
         "(fairseq-preprocess --only-source wrote it)")
     assert sorted(p.name for p in where.iterdir()) == []  # no save dir, no hydra run dir
+
+
+def test_without_the_plugin_a_hydra_checkpoint_and_a_mistyped_user_dir_end_as_documented(trained, tmp_path):
+    """What fairseq prints before any plugin is loaded: the tools and the hub on a checkpoint that
+    fairseq-hydra-train wrote, and fairseq-hydra-train with a common.user_dir that names no folder, which leaves
+    its run dir behind."""
+    lm, hydra = trained["lm"], trained["hydra"]
+    hub = ("from fairseq.models.transformer_lm import TransformerLanguageModel\n"
+           f"TransformerLanguageModel.from_pretrained({str(hydra.parent)!r}, {hydra.name!r}, {str(lm['bin'])!r})")
+    results = run_jobs({
+        "generate": ("generate", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
+        "eval_lm": ("eval_lm", lm["bin"], "--cpu", "--path", hydra),
+        "interactive": ("interactive", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
+        "hub": {"code": hub},
+        "hydra_user_dir": ("hydra_train", *HYDRA_LM, f"task.data={lm['bin']}", "common.user_dir=fairseq_evaa",
+                           f"checkpoint.save_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'run'}"),
+    }, cwd=tmp_path)
+    for name in ("generate", "eval_lm", "interactive", "hub"):
+        status, output = results[name]
+        assert status == 1 and output.strip().splitlines()[-1] == documented('KeyError: "'), (name, output[-2000:])
+    status, output = results["hydra_user_dir"]
+    assert status == 1
+    assert documented("FileNotFoundError: ").replace("PATH", str(tmp_path / "fairseq_evaa")) in output.splitlines()
+    left = sorted(p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*"))
+    assert left == [".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "hydra_train.log"]
+    assert "`.hydra/` and an empty `hydra_train.log`" in DOC and (tmp_path / "run" / "hydra_train.log").stat().st_size == 0
