@@ -134,24 +134,24 @@ class T2RAttention(LinearAttention):
 
 
 def performer_cost(N, embed_dim, num_heads, causal=False, kernel="positive", num_features=256):
-    """4 m D: per head and token, W q~ and W k~ (m d each), phi(k) v^T into the state (m d) and phi(q)^T S (m d);
+    """4 m D. Per head and token: W q~ and W k~ (m d each), phi(k) v^T into the state (m d) and phi(q)^T S (m d);
     the normaliser z (m per head) is negligible. The same per token when causal (the state is a running sum)."""
     return 4 * num_features * embed_dim
 
 
 def rfa_cost(N, embed_dim, num_heads, causal=False, num_features=64, gate=False):
-    """6 D_rf D: per head and token, W q and W k (D_rf d each), the state update and phi(q)^T S over 2 D_rf
+    """6 D_rf D (+ D H with the gate). Per head and token: W q and W k (D_rf d each), the state update and phi(q)^T S over 2 D_rf
     features (2 D_rf d each); the gate adds w_g . x, D MACs per head (D H)."""
     return 6 * num_features * embed_dim + (embed_dim * num_heads if gate else 0)
 
 
 def elu_cost(N, embed_dim, num_heads, causal=False):
-    """2 d D: per head and token, phi(k) v^T (d d) and phi(q)^T S (d d); elu is elementwise."""
+    """2 d D. Per head and token: phi(k) v^T (d d) and phi(q)^T S (d d); elu is elementwise."""
     return 2 * (embed_dim // num_heads) * embed_dim
 
 
 def t2r_cost(N, embed_dim, num_heads, causal=False, num_features=32):
-    """4 k D: per head and token, the feature MLP on q and k (2 k d, i.e. 2 k d H = 2 k D over the heads), the
+    """4 k D. Per head and token: the feature MLP on q and k (2 k d, i.e. 2 k d H = 2 k D over the heads), the
     state update (k d) and phi(q)^T S (k d)."""
     return 2 * num_features * embed_dim + 2 * num_features * (embed_dim // num_heads) * num_heads
 
