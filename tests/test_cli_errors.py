@@ -6,6 +6,7 @@ console scripts call them, so that fairseq is imported once rather than per mist
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,11 @@ def mistakes(trained, tmp_path_factory):
     working folder, where nothing may be left behind."""
     where = tmp_path_factory.mktemp("cli_mistakes")
     lm, mt = trained["lm"], trained["mt"]
+    other = tmp_path_factory.mktemp("other_data") / "bin"  # the translation data with 8 more words in each dictionary
+    shutil.copytree(mt["bin"], other)
+    for lang in ("en", "de"):
+        with open(other / f"dict.{lang}.txt", "a", encoding="utf-8") as f:
+            f.writelines(f"extra{i} 1\n" for i in range(8))
     plugin = ["--user-dir", USER_DIR, "--cpu"]
     train_lm = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", 512, "--max-update", 2]
     jobs = {
@@ -155,12 +161,22 @@ def mistakes(trained, tmp_path_factory):
         "data_missing_eval_lm": ("eval_lm", where / "no_data", *plugin, "--path", lm["ckpt"]),
         "data_of_a_language_model": ("generate", lm["bin"], *plugin, "--path", mt["ckpt"]),
         "data_of_translation": ("eval_lm", mt["bin"], *plugin, "--path", lm["ckpt"]),
+        "lm_arch_on_translation": ("train", mt["bin"], *plugin, "--arch", "transformer_lm_eva_tiny", *train_lm,
+                                   "--save-dir", where / "save"),
+        "mt_arch_on_lm_data": ("train", lm["bin"], *plugin, "--task", "language_modeling", "--arch",
+                               "transformer_eva_tiny", "--tokens-per-sample", 64, *train_lm, "--save-dir", where / "save"),
+        "eval_lm_on_translation": ("eval_lm", lm["bin"], *plugin, "--path", mt["ckpt"]),
+        "generate_on_lm": ("generate", mt["bin"], *plugin, "--path", lm["ckpt"]),
+        "other_dictionary": ("generate", other, *plugin, "--path", mt["ckpt"]),
+        "tokens_train": ("train", lm["bin"], *plugin, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
+                         "--tokens-per-sample", 128, "--max-target-positions", 64, *train_lm, "--save-dir", where / "save"),
+        "tokens_eval_lm": ("eval_lm", lm["bin"], *plugin, "--path", lm["ckpt"], "--tokens-per-sample", 2048),
         "data_missing_hydra": ("hydra_train", *HYDRA_LM, f"task.data={where / 'no_data'}",
                                f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={where / 'hydra'}",
                                f"hydra.run.dir={where / 'hydra'}"),
     }
     results = run_jobs(jobs, cwd=where)
-    return {"where": where, **results}
+    return {"where": where, "other": other, **results}
 
 
 PREPROCESS = "give the folder that fairseq-preprocess wrote (its --destdir; a data_prep script's DEST)"
@@ -196,6 +212,38 @@ def test_a_data_folder_that_is_missing_or_of_another_task_is_one_line(mistakes, 
         "(fairseq-preprocess --only-source wrote it)")
     assert sorted(p.name for p in where.iterdir()) == []  # no save dir, no hydra run dir
 
+
+def test_a_model_that_does_not_fit_its_task_or_data_is_one_line(mistakes, trained):
+    """Checked as the model is built: no batch is run, no crash.pt or save dir is left."""
+    lm, mt = trained["lm"], trained["mt"]
+    assert last_line(mistakes["lm_arch_on_translation"]) == (
+        "fairseq-train: error: --arch transformer_lm_eva_tiny is a language model, and --task translation trains "
+        "translation models: give a translation --arch (e.g. transformer_eva_tiny), or --task language_modeling and "
+        "its data for transformer_lm_eva_tiny")
+    assert last_line(mistakes["mt_arch_on_lm_data"]) == (
+        "fairseq-train: error: --arch transformer_eva_tiny is a translation model, and --task language_modeling "
+        "trains language models: give a language-model --arch (e.g. transformer_lm_eva_tiny), or --task translation "
+        "and its data for transformer_eva_tiny")
+    assert last_line(mistakes["eval_lm_on_translation"]) == (
+        f"fairseq-eval-lm: error: {mt['ckpt']} holds a translation model (transformer_eva_tiny, trained with --task "
+        "translation), and the task here is language_modeling: fairseq-eval-lm scores language models only: "
+        "translate with fairseq-generate")
+    assert last_line(mistakes["generate_on_lm"]) == (
+        f"fairseq-generate: error: {lm['ckpt']} holds a language model (transformer_lm_eva_tiny, trained with --task "
+        "language_modeling), and the task here is translation: add --task language_modeling and the data folder it "
+        "was trained on")
+    rows = len((mt["bin"] / "dict.en.txt").read_text().splitlines()) + 4  # + fairseq's 4 special symbols
+    assert last_line(mistakes["other_dictionary"]) == (
+        f"fairseq-generate: error: {mt['ckpt']} was trained with another dictionary: its source embeddings have "
+        f"{rows} rows, and {mistakes['other']}/dict.en.txt has {rows + 8} entries; give the data folder it was "
+        f"trained on ({mt['bin']})")
+    assert last_line(mistakes["tokens_train"]) == (
+        "fairseq-train: error: --tokens-per-sample 128 is more than the 64 positions of the model "
+        "(--max-target-positions 64): give --tokens-per-sample 64 or less, or --max-target-positions 128 or more")
+    assert last_line(mistakes["tokens_eval_lm"]) == (
+        "fairseq-eval-lm: error: --tokens-per-sample 2048 is more than the 64 positions of the model in "
+        f"{lm['ckpt']}: give --tokens-per-sample 64 or less")
+    assert not (mistakes["where"] / "save").exists()  # nor the crash.pt fairseq-train wrote into it
 
 def test_without_the_plugin_a_hydra_checkpoint_and_a_mistyped_user_dir_end_as_documented(trained, tmp_path):
     """What fairseq prints before any plugin is loaded: the tools and the hub on a checkpoint that

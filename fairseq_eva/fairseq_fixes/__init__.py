@@ -23,6 +23,9 @@ with `python -c` and no `import fairseq_eva`):
   Without it: any fairseq-train run prints them.
 - interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which
   checkpoint the run resumes from. Without it: press Ctrl-C during fairseq-train.
+- model_fit: a model that does not fit its task, its dictionaries or --tokens-per-sample. Without it: a language
+  model trained on translation data ends in a TypeError and a crash.pt; fairseq-eval-lm on a translation
+  checkpoint in `AttributeError: ... supported_targets`.
 - quiet_logs: four or five INFO lines of fairseq's iterator caching on every pass over a dataset (`reuse_dataloader
   = True`, `creating new batches for epoch 1`). Without it: any fairseq-train run, or a hub translate call.
 - save_dir: a run that fails before training leaves an empty --save-dir that looks like a run.
@@ -42,13 +45,14 @@ from . import (
     eval_lm_window,
     harmless_warnings,
     interrupt,
+    model_fit,
     quiet_logs,
     save_dir,
     wall_clock,
 )
 
 INSTALLED = (batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window, harmless_warnings,
-             interrupt, quiet_logs, save_dir, wall_clock)
+             interrupt, model_fit, quiet_logs, save_dir, wall_clock)
 
 
 def install():
