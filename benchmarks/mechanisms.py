@@ -164,13 +164,14 @@ def main(argv=None):
     device = common.setup(args)
     info = {**common.machine(device), "commit": common.commit()}
     rows = []
+    settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
+    command = "python -m benchmarks.mechanisms " + " ".join(sys.argv[1:] if argv is None else argv)
     for setting in args.settings:
         for N in args.lengths:
             rows += measure(args, N, setting, device)
-    settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    command = "python -m benchmarks.mechanisms " + " ".join(sys.argv[1:] if argv is None else argv)
-    common.write_json(args.json, dict(benchmark="mechanisms", command=command, machine=info, settings=settings,
-                                      d_model=D_MODEL, heads=HEADS, results=rows))
+            # written after each length: a run stopped early keeps the lengths it measured
+            common.write_json(args.json, dict(benchmark="mechanisms", command=command, machine=info, settings=settings,
+                                              d_model=D_MODEL, heads=HEADS, results=rows))
     if args.plot:
         plot(rows, args.plot)
     print(markdown(rows))
