@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (docs/design.md, "Environment")
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup lint test test-slow demo figures clean gpu-check
+.PHONY: setup lint test test-slow demo figures results clean gpu-check
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,10 @@ demo: setup
 # every figure of docs/results.md and the README, drawn again from benchmarks/results/
 figures: setup
 	$(PY) -m benchmarks.figures
+
+# every table of README.md and docs/results.md marked `<!-- results: NAME -->`, written again from its record
+results: setup
+	$(PY) -m benchmarks.results_tables
 
 clean:
 	rm -rf $(VENV) *.egg-info

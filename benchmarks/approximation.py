@@ -206,8 +206,7 @@ def plot_equal_cost(results, path):
             points = [(r["cost_d"], r["error"]) for r in rows if r["mechanism"] == mechanism]
             ax.plot(*zip(*points), "-o" if mechanism == "eva" else "-", markersize=3, label=mechanism,
                     linewidth=2.2 if mechanism == "eva" else 1.2)
-        ax.set(xscale="log", yscale="log", xlabel="multiply-adds per token / D (EVA's settings)",
-               ylabel="relative error vs softmax")
+        ax.set(yscale="log", xlabel="multiply-adds per token / D (EVA's settings)", ylabel="relative error vs softmax")
         ax.set_title(f"{'causal' if causal else 'bidirectional'}, {name} inputs, equal cost", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6)

@@ -13,6 +13,7 @@ PAGE = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
 INDEX = (RESULTS / "README.md").read_text(encoding="utf-8")
 SECTIONS = ["Is it exact?", "How fast, and how much memory, on a CPU?", "How fast on a GPU?",
             "How close to softmax attention?", "Does it learn like softmax, and better than local attention?",
+            "Does EVA beat the paper's baselines?",
             "Decoding", "Training throughput", "On a shared CPU", "The paper's configs", "What did not help"]
 
 
@@ -71,3 +72,13 @@ def test_a_figure_is_drawn_from_the_records(tmp_path, name):
     (path,) = figures.main(["--out", str(tmp_path), "--only", name])
     assert Path(path).stat().st_size > 10_000
     assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_tables_drawn_from_records_are_as_the_records_say(page):
+    """Every block marked `<!-- results: NAME -->` equals what benchmarks/results_tables.py renders from its record
+    (`make results` writes them again)."""
+    from benchmarks import results_tables
+
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert results_tables.render_page(text) == text, f"{page}: run make results"
