@@ -7,7 +7,6 @@ console scripts call them, so that fairseq is imported once rather than per mist
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -71,14 +70,6 @@ def documented(prefix):
     return match.group(1)
 
 
-def test_a_mistyped_user_dir_ends_as_documented(tmp_path):
-    proc = run("fairseq-train", tmp_path, "--user-dir", "fairseq_evaa", "--task", "language_modeling",
-               cwd=tmp_path, check=False)
-    assert proc.returncode == 1
-    line = documented("FileNotFoundError: ").replace("PATH", str(Path(tmp_path) / "fairseq_evaa"))
-    assert proc.stderr.strip().splitlines()[-1] == line
-
-
 HYDRA_LM = ("--config-dir", REPO / "tests" / "fixtures" / "hydra", "--config-name", "tiny_lm_eva")
 
 
@@ -110,35 +101,6 @@ def lm(trained):
     return trained["lm"]
 
 
-@pytest.mark.parametrize("user_dir", [None, "other"])
-def test_an_eva_checkpoint_without_the_plugin_ends_as_documented(lm, user_dir, tmp_path):
-    args = []
-    if user_dir:  # a --user-dir that is not the plugin
-        (tmp_path / user_dir).mkdir()
-        (tmp_path / user_dir / "__init__.py").write_text("")
-        args = ["--user-dir", tmp_path / user_dir]
-    proc = run("fairseq-eval-lm", lm["bin"], *args, "--cpu", "--path", lm["ckpt"], "--tokens-per-sample", 64,
-               "--gen-subset", "test", cwd=tmp_path, check=False)
-    assert proc.returncode == 1
-    assert documented("WeightsUnpickler error: ") in proc.stderr
-    assert "Perplexity" not in proc.log
-
-
-def test_fairseq_generate_on_a_damaged_checkpoint_is_one_line(lm, tmp_path):
-    damaged = tmp_path / "checkpoint_damaged.pt"
-    data = bytearray(lm["ckpt"].read_bytes())
-    middle = len(data) // 2
-    data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])  # every bit flipped
-    damaged.write_bytes(bytes(data))
-    proc = run("fairseq-generate", lm["bin"], "--user-dir", USER_DIR, "--task", "language_modeling", "--cpu",
-               "--path", damaged, "--tokens-per-sample", 64, "--gen-subset", "test", cwd=tmp_path, check=False)
-    assert proc.returncode == 1
-    assert proc.stdout == ""  # no hypotheses
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"fairseq-generate: error: {damaged} is damaged (Bad CRC-32"), last
-    assert "Traceback" not in proc.stderr
-
-
 @pytest.fixture(scope="module")
 def mistakes(trained, tmp_path_factory):
     """The mistakes that the plugin stops, each a job of one process: {name: (status, output)}; `where` is its
@@ -152,7 +114,22 @@ def mistakes(trained, tmp_path_factory):
             f.writelines(f"extra{i} 1\n" for i in range(8))
     plugin = ["--user-dir", USER_DIR, "--cpu"]
     train_lm = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", 512, "--max-update", 2]
+    files = tmp_path_factory.mktemp("checkpoint_files")
+    damaged = files / "checkpoint_damaged.pt"
+    data = bytearray(lm["ckpt"].read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])  # every bit flipped
+    damaged.write_bytes(bytes(data))
+    (files / "empty.pt").write_bytes(b"")
+    (files / "notes.pt").write_text("not a checkpoint\n")
+    eval_lm = ("eval_lm", lm["bin"], *plugin, "--tokens-per-sample", 64, "--gen-subset", "test")
     jobs = {
+        "damaged": ("generate", lm["bin"], *plugin, "--task", "language_modeling", "--path", damaged,
+                    "--tokens-per-sample", 64, "--gen-subset", "test"),
+        "empty_file": (*eval_lm, "--path", files / "empty.pt"),
+        "not_a_checkpoint": (*eval_lm, "--path", files / "notes.pt"),
+        "context_window_negative": (*eval_lm, "--path", lm["ckpt"], "--context-window", -5),
+        "max_tokens": ("generate", mt["bin"], *plugin, "--path", mt["ckpt"], "--max-tokens", 16),
         "path_missing": ("eval_lm", lm["bin"], *plugin, "--path", trained["save"] / "lm" / "checkpoint_lst.pt"),
         "path_missing_nowhere": ("interactive", mt["bin"], *plugin, "--path", where / "nowhere" / "model.pt"),
         "path_folder": ("generate", mt["bin"], *plugin, "--path", trained["save"] / "mt"),
@@ -176,7 +153,7 @@ def mistakes(trained, tmp_path_factory):
                                f"hydra.run.dir={where / 'hydra'}"),
     }
     results = run_jobs(jobs, cwd=where)
-    return {"where": where, "other": other, **results}
+    return {"where": where, "other": other, "files": files, **results}
 
 
 PREPROCESS = "give the folder that fairseq-preprocess wrote (its --destdir; a data_prep script's DEST)"
@@ -245,27 +222,84 @@ def test_a_model_that_does_not_fit_its_task_or_data_is_one_line(mistakes, traine
         f"{lm['ckpt']}: give --tokens-per-sample 64 or less")
     assert not (mistakes["where"] / "save").exists()  # nor the crash.pt fairseq-train wrote into it
 
-def test_without_the_plugin_a_hydra_checkpoint_and_a_mistyped_user_dir_end_as_documented(trained, tmp_path):
-    """What fairseq prints before any plugin is loaded: the tools and the hub on a checkpoint that
-    fairseq-hydra-train wrote, and fairseq-hydra-train with a common.user_dir that names no folder, which leaves
-    its run dir behind."""
+@pytest.fixture(scope="module")
+def without_plugin(trained, tmp_path_factory):
+    """What fairseq prints before any plugin is loaded, each a job of one process that never loads it: a
+    --user-dir that names no folder; checkpoints of fairseq-train and of fairseq-hydra-train loaded with no
+    --user-dir (or another one), by the tools and the hub; fairseq-hydra-train with a common.user_dir that
+    names no folder, which leaves its run dir behind."""
+    where = tmp_path_factory.mktemp("without_plugin")
+    (where / "other").mkdir()  # a --user-dir that is not the plugin
+    (where / "other" / "__init__.py").write_text("")
     lm, hydra = trained["lm"], trained["hydra"]
     hub = ("from fairseq.models.transformer_lm import TransformerLanguageModel\n"
            f"TransformerLanguageModel.from_pretrained({str(hydra.parent)!r}, {hydra.name!r}, {str(lm['bin'])!r})")
-    results = run_jobs({
-        "generate": ("generate", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
-        "eval_lm": ("eval_lm", lm["bin"], "--cpu", "--path", hydra),
-        "interactive": ("interactive", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
-        "hub": {"code": hub},
+    eval_lm = ("eval_lm", lm["bin"], "--cpu", "--path", lm["ckpt"], "--tokens-per-sample", 64, "--gen-subset", "test")
+    return {"where": where, **run_jobs({
+        "user_dir": ("train", where, "--user-dir", "fairseq_evaa", "--task", "language_modeling"),
+        "eva_checkpoint": eval_lm,
+        "eva_checkpoint_other_user_dir": (*eval_lm, "--user-dir", where / "other"),
+        "hydra_generate": ("generate", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
+        "hydra_eval_lm": ("eval_lm", lm["bin"], "--cpu", "--path", hydra),
+        "hydra_interactive": ("interactive", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
+        "hydra_hub": {"code": hub},
         "hydra_user_dir": ("hydra_train", *HYDRA_LM, f"task.data={lm['bin']}", "common.user_dir=fairseq_evaa",
-                           f"checkpoint.save_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'run'}"),
-    }, cwd=tmp_path)
-    for name in ("generate", "eval_lm", "interactive", "hub"):
-        status, output = results[name]
-        assert status == 1 and output.strip().splitlines()[-1] == documented('KeyError: "'), (name, output[-2000:])
-    status, output = results["hydra_user_dir"]
+                           f"checkpoint.save_dir={where / 'run'}", f"hydra.run.dir={where / 'run'}"),
+    }, cwd=where)}
+
+
+def test_a_mistyped_user_dir_ends_as_documented(without_plugin):
+    status, output = without_plugin["user_dir"]
     assert status == 1
-    assert documented("FileNotFoundError: ").replace("PATH", str(tmp_path / "fairseq_evaa")) in output.splitlines()
-    left = sorted(p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*"))
+    line = documented("FileNotFoundError: ").replace("PATH", str(without_plugin["where"] / "fairseq_evaa"))
+    assert output.strip().splitlines()[-1] == line
+
+
+@pytest.mark.parametrize("job", ["eva_checkpoint", "eva_checkpoint_other_user_dir"])
+def test_an_eva_checkpoint_without_the_plugin_ends_as_documented(without_plugin, job):
+    status, output = without_plugin[job]
+    assert status == 1
+    assert documented("WeightsUnpickler error: ") in output
+    assert "Perplexity" not in output
+
+
+def test_without_the_plugin_a_hydra_checkpoint_and_a_mistyped_user_dir_end_as_documented(without_plugin):
+    for name in ("hydra_generate", "hydra_eval_lm", "hydra_interactive", "hydra_hub"):
+        status, output = without_plugin[name]
+        assert status == 1 and output.strip().splitlines()[-1] == documented('KeyError: "'), (name, output[-2000:])
+    status, output = without_plugin["hydra_user_dir"]
+    run_dir = without_plugin["where"] / "run"
+    assert status == 1
+    line = documented("FileNotFoundError: ").replace("PATH", str(without_plugin["where"] / "fairseq_evaa"))
+    assert line in output.splitlines()
+    left = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*"))
     assert left == [".hydra", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "hydra_train.log"]
-    assert "`.hydra/` and an empty `hydra_train.log`" in DOC and (tmp_path / "run" / "hydra_train.log").stat().st_size == 0
+    assert "`.hydra/` and an empty `hydra_train.log`" in DOC and (run_dir / "hydra_train.log").stat().st_size == 0
+
+
+def test_fairseq_generate_on_a_damaged_checkpoint_is_one_line(mistakes):
+    damaged = mistakes["files"] / "checkpoint_damaged.pt"
+    line = last_line(mistakes["damaged"])
+    assert line.startswith(f"fairseq-generate: error: {damaged} is damaged (Bad CRC-32"), line
+    assert not re.search(r"^[SHDP]-\d", mistakes["damaged"][1], re.M)  # no hypotheses
+
+
+def test_an_empty_file_or_not_a_checkpoint_is_one_line_without_a_note_on_checksums(mistakes):
+    """No "carries no checksum ...: loaded unchecked" before the error: nothing was loaded."""
+    files = mistakes["files"]
+    assert last_line(mistakes["empty_file"]) == (
+        f"fairseq-eval-lm: error: {files}/empty.pt is empty (0 bytes): a checkpoint cut off before anything was "
+        "written, or no checkpoint at all")
+    assert last_line(mistakes["not_a_checkpoint"]).startswith(
+        f"fairseq-eval-lm: error: {files}/notes.pt is not a fairseq checkpoint (")
+    for name in ("empty_file", "not_a_checkpoint"):
+        assert "checksum" not in mistakes[name][1]
+
+
+def test_a_negative_context_window_or_too_small_max_tokens_is_one_line(mistakes):
+    assert last_line(mistakes["context_window_negative"]) == (
+        "fairseq-eval-lm: error: --context-window -5 is negative: give 0 (no context) or a number of tokens below "
+        "--tokens-per-sample 64 (e.g. 32)")
+    line = last_line(mistakes["max_tokens"])
+    assert re.fullmatch(r"fairseq-generate: error: a sentence of (\d+) tokens does not fit in a batch of --max-tokens "
+                        r"16: a batch holds whole sentences; give --max-tokens \1 or more", line), line

@@ -6,6 +6,8 @@ with `python -c` and no `import fairseq_eva`):
 
 - batching: fairseq 0.12.3 drops the last batch when its size is not a multiple of
   --required-batch-size-multiple. Without it: fairseq-generate on the demo's 500 test sentences prints 496.
+- batch_limits: a --max-tokens below the longest sentence fails fairseq's assertion. Without it:
+  `AssertionError: Sentences lengths should not exceed max_tokens=16` (fairseq-generate --max-tokens 16).
 - checkpoint_paths: a --path that is missing or a folder. Without it: `OSError: Model file not found` or
   `IsADirectoryError` (fairseq-generate --path checkpoints/demo_mt).
 - checkpoint_safety: torch's weights-only loading refuses fairseq checkpoints (argparse.Namespace), a file that is
@@ -17,8 +19,9 @@ with `python -c` and no `import fairseq_eva`):
   traceback (`fairseq-train no_such_folder ...`) or `Exception: Could not infer language pair`.
 - distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
-- eval_lm_window: fairseq-eval-lm with --context-window >= --tokens-per-sample fails inside its token blocks.
-  Without it: `ZeroDivisionError: float division` (equal) after loading the data and the model.
+- eval_lm_window: fairseq-eval-lm with --context-window >= --tokens-per-sample fails inside its token blocks, and
+  takes a negative window as 0. Without it: `ZeroDivisionError: float division` (equal) after loading the data
+  and the model.
 - harmless_warnings: hydra 1.3's and torch's deprecation warnings that fairseq 0.12 triggers on every run.
   Without it: any fairseq-train run prints them.
 - interrupt: Ctrl-C during training ends with an 84-line KeyboardInterrupt traceback that does not say which
@@ -37,6 +40,7 @@ with `python -c` and no `import fairseq_eva`):
 """
 
 from . import (
+    batch_limits,
     batching,
     checkpoint_paths,
     checkpoint_safety,
@@ -51,8 +55,8 @@ from . import (
     wall_clock,
 )
 
-INSTALLED = (batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window, harmless_warnings,
-             interrupt, model_fit, quiet_logs, save_dir, wall_clock)
+INSTALLED = (batch_limits, batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window,
+             harmless_warnings, interrupt, model_fit, quiet_logs, save_dir, wall_clock)
 
 
 def install():

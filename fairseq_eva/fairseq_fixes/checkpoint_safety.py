@@ -71,11 +71,11 @@ def is_cut_short(path):
 
 def verify(path):
     """Check each part of torch.save's archive at `path` against the CRC-32 stored with it; CheckpointError naming
-    the file if one differs. Returns False (and logs a note) where the file carries no CRC-32 to check."""
+    the file if one differs. Returns False where the file carries no CRC-32 to check: `note_unchecked` says so
+    once it has loaded (an empty file or one that is not a checkpoint fails to load, and gets only that error)."""
     if is_cut_short(path):
         return True  # torch.load fails on it, and not_a_checkpoint says it is truncated
     if not zipfile.is_zipfile(path):
-        logger.warning(f"{path} carries no checksum (not torch's zip format): loaded unchecked")
         return False
     checked = False
     try:
@@ -90,9 +90,13 @@ def verify(path):
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
         raise CheckpointError(f"{path} is damaged ({_first_sentence(str(error))}): its bytes changed after it was "
                               "written; nothing was loaded from it. Use another checkpoint") from None
-    if not checked:
-        logger.warning(f"{path} carries no checksum (saved with torch's CRC-32 turned off): loaded unchecked")
     return checked
+
+
+def note_unchecked(path):
+    """The note for a checkpoint that loaded, and whose bytes verify could not check."""
+    reason = "saved with torch's CRC-32 turned off" if zipfile.is_zipfile(path) else "not torch's zip format"
+    logger.warning(f"{path} carries no checksum ({reason}): loaded unchecked")
 
 
 def not_a_checkpoint(path, error):
@@ -124,8 +128,7 @@ def not_a_checkpoint(path, error):
 def load(path):
     """torch.load(path, weights_only=True) of a fairseq checkpoint (a dict with a 'model' state dict);
     CheckpointError naming the file otherwise, or if its bytes changed since it was written."""
-    if os.path.isfile(path):
-        verify(path)
+    checked = verify(path) if os.path.isfile(path) else True
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except NOT_A_CHECKPOINT as error:
@@ -134,22 +137,26 @@ def load(path):
         raise not_a_checkpoint(path, error) from error
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise CheckpointError(f"{path} is not a fairseq checkpoint (no 'model' state dict in it)")
+    if not checked:
+        note_unchecked(path)
     return state
 
 
 def _clear_errors(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, *args, **kwargs):
-        if os.path.isfile(path):
-            verify(path)
+        checked = verify(path) if os.path.isfile(path) else True
         try:
-            return load_checkpoint_to_cpu(path, *args, **kwargs)
+            state = load_checkpoint_to_cpu(path, *args, **kwargs)
         except CheckpointError:
             raise
         except NOT_A_CHECKPOINT as error:
             if isinstance(error, OSError) and not os.path.isfile(path):
                 raise  # a missing file or a folder: the OS's words are right
             raise not_a_checkpoint(path, error) from error
+        if not checked:
+            note_unchecked(path)
+        return state
 
     return wrapper
 
