@@ -1,12 +1,16 @@
 """The GPU check: is EVA right and fast on CUDA, in the settings people train with? One command, one table.
 
     make gpu-check        # = python -m benchmarks.gpu_check --out benchmarks/results/gpu
+    make gpu-check-quick  # = python -m benchmarks.gpu_check --quick --out benchmarks/results/gpu_quick
     python -m benchmarks.gpu_check --smoke --out /tmp/smoke   # every part on the CPU at tiny sizes
 
 Seven parts, run in this order, each within its own time budget (BUDGETS, about 16 minutes in all on an
-H100 or H200; where a job may not run that long, --parts splits it: docs/gpu_check.md). A part that
+H100 or H200; where a job may not run that long, --parts splits it: docs/gpu_check.md). --quick runs the
+quick profile instead, which fits one 8-minute job: the Triton kernel's correctness in float32 and bfloat16,
+the paper configs' words/s, then the modes table (QUICK_PARTS, QUICK_BUDGETS, settings()). A part that
 fails or runs out of time keeps what it measured and the next part runs; gpu_check.json and gpu_check.md
-are written again after every row, so a call that is killed leaves its table so far.
+are written again after every row, so a run that is killed leaves its table so far. The sample is binarised
+in the background while the correctness part runs (which times nothing), so that its time is not added.
 1. correctness: for each kernel that runs on CUDA (KERNELS), EVA on CUDA against the same module in float64
    on the CPU (whose kernels the test suite checks against the per-query definition): float32, float16,
    bfloat16 weights and autocast; bidirectional (left padding) and causal (right padding); training with a
@@ -36,6 +40,7 @@ under --work. How to run it, also on a machine without network access: docs/gpu_
 """
 
 import argparse
+import concurrent.futures
 import contextlib
 import copy
 import json
@@ -62,6 +67,23 @@ PARTS = ("correctness", "speed_tokens", "speed_batch1", "modes", "paper_configs"
 # modes: not yet run on a GPU; 200 s is a guess of torch.compile's first compiles (about 20 s each) for 8 rows.
 BUDGETS = {"correctness": 130, "speed_tokens": 110, "speed_batch1": 45, "modes": 200, "paper_configs": 280,
            "clean_exit": 100, "profile": 60}
+# The quick profile (--quick): what must be known of a change, in one job of at most 8 minutes on an H100 or H200
+# (QUICK_CALL, set-up and start-up included). Seconds from the same H200 records, in benchmarks/results/gpu/:
+# correctness: the Triton kernel's rows took 66 s for 25 of its 26 (correctness_triton, all five precisions, its
+#   first compiles included); the quick profile runs 14 of those rows (float32, bfloat16), without float16's compiles;
+# paper_configs: the six runs took 65 + 28 (wikitext103 EVA, softmax), 64 + 31 (wmt14), 33 + 28 (mlm) = 249 s
+#   (triton_check), and the binarising (about 22 s there) runs beside correctness;
+# modes: an estimate, the part has not run on a GPU: the eager rows about 40 s (the Triton kernel's first compiles
+#   of the four EVA layers, about what the first speed table's first shape took), then torch.compile's first
+#   compiles, guessed at 20 s a row: the 1 x 1024 rows of EVA and causal EVA in each mode (the batch-1 target's),
+#   then what fits. It runs last, so that running over its estimate costs its own rows alone.
+QUICK_PARTS = ("correctness", "paper_configs", "modes")
+QUICK_BUDGETS = {"correctness": 60, "paper_configs": 270, "modes": 80}
+QUICK_CALL = 480  # seconds: the job the quick profile fits
+# the rest of the job (estimates): benchmarks/gpu_check_quick.sh's set-up (a venv on the machine's torch, fairseq's
+# wheels), the check's start-up (imports, CUDA), and a row still running at its part's deadline (a compile)
+QUICK_OUTSIDE = {"set-up": 30, "start-up": 15, "a row past its deadline": 25}
+QUICK_LIMIT = QUICK_CALL - QUICK_OUTSIDE["set-up"]  # gpu_check_quick.sh stops the check after this many seconds
 KERNELS = ("triton", "fused", "blockwise")  # the kernels that run on CUDA, the new one first
 OUT_OF_TIME = "skipped: the part's time budget ran out"
 # relative error bounds per precision (outputs and gradients)
@@ -115,19 +137,32 @@ TARGETS = [
 ]
 
 
-def settings(smoke):
-    """What each part runs: the GPU check, or the same code at tiny sizes on the CPU (--smoke)."""
+def settings(smoke, quick=False):
+    """What each part runs: the GPU check, or the same code at tiny sizes on the CPU (--smoke); --quick: the
+    Triton kernel alone in float32 and bfloat16, and the modes rows in the order that answers the batch-1 target
+    first (the rest of a part as the full check runs it)."""
     if smoke:
-        return dict(device="cpu", precisions=("float32", "autocast-bfloat16"), draws=100, dtype="float32", tokens=512,
-                    token_lengths=[256, 512], batch1_lengths=[128, 256], profile_shape=(256, 2), mode_shapes=[(256, 2)],
-                    modes=("none", "default"), repeats=1, min_time=0.0,
-                    updates=3, log_interval=1, exit_updates=3, run_timeout=300, train=["--cpu"],
-                    hydra=["common.cpu=true", "common.fp16=false"])
-    return dict(device="cuda", precisions=tuple(BOUNDS), draws=400, dtype="bfloat16", tokens=65536,
-                token_lengths=[1024, 2048, 4096, 8192, 16384, 32768], batch1_lengths=[1024, 2048, 4096, 8192, 16384, 32768],
-                profile_shape=(8192, 8), mode_shapes=[(8192, 8), (1024, 1)], modes=("none", "reduce-overhead", "default"),
-                repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200,
-                run_timeout=75, train=["--fp16"], hydra=[])
+        s = dict(device="cpu", kernels=KERNELS, precisions=("float32", "autocast-bfloat16"), draws=100, dtype="float32",
+                 tokens=512, token_lengths=[256, 512], batch1_lengths=[128, 256], profile_shape=(256, 2),
+                 mode_shapes=[(256, 2)], modes=("none", "default"), mode_order="mode", repeats=1, min_time=0.0,
+                 updates=3, log_interval=1, exit_updates=3, run_timeout=300, train=["--cpu"],
+                 hydra=["common.cpu=true", "common.fp16=false"])
+    else:
+        s = dict(device="cuda", kernels=KERNELS, precisions=tuple(BOUNDS), draws=400, dtype="bfloat16", tokens=65536,
+                 token_lengths=[1024, 2048, 4096, 8192, 16384, 32768],
+                 batch1_lengths=[1024, 2048, 4096, 8192, 16384, 32768], profile_shape=(8192, 8),
+                 mode_shapes=[(8192, 8), (1024, 1)], modes=("none", "reduce-overhead", "default"), mode_order="mode",
+                 repeats=5, min_time=0.05, updates=60, log_interval=10, exit_updates=200,
+                 run_timeout=75, train=["--fp16"], hydra=[])
+    if quick:
+        s.update(kernels=("triton",), precisions=("float32", "bfloat16"), mode_order="layer",
+                 mode_shapes=sorted(s["mode_shapes"], key=lambda shape: shape[1]))  # batch 1 first
+    return s
+
+
+def profile(quick):
+    """(the parts in the order they run, each part's budget in seconds on an H100 or H200) of the full check or --quick."""
+    return (QUICK_PARTS, QUICK_BUDGETS) if quick else (PARTS, BUDGETS)
 
 
 def parse_args(argv):
@@ -136,14 +171,26 @@ def parse_args(argv):
     parser.add_argument("--work", default=os.path.join(REPO, "work", "gpu_check"),
                         help="folder for the binarised sample, the fairseq logs and run folders (default: work/gpu_check)")
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU at tiny sizes (the tests run this)")
-    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="the parts to run (default: all)")
-    parser.add_argument("--budget", type=float, default=float(sum(BUDGETS.values())),
-                        help="seconds for the whole check; no part starts a row after it (default: the parts' budgets)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the quick profile, one job of {QUICK_CALL // 60} minutes: {', '.join(QUICK_PARTS)} "
+                             "(the Triton kernel in float32 and bfloat16); with --smoke, on the CPU")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, help="the parts to run (default: all, or the quick profile's)")
+    parser.add_argument("--budget", type=float,
+                        help="seconds for the whole check; no part starts a row after it (default: the parts' budgets, "
+                             f"{sum(BUDGETS.values())} s, or {sum(QUICK_BUDGETS.values())} s with --quick)")
     parser.add_argument("--speed-kernel", default="auto", help="the EVA kernel of the speed tables (default: auto)")
     parser.add_argument("--lengths", type=int, nargs="+", help="only these N in the speed tables (default: all)")
     parser.add_argument("--configs", nargs="+", choices=[c for pair in PAPER_CONFIGS for c in (pair[0], pair[2])],
                         help="the paper configs to train (default: all)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    parts, budgets = profile(args.quick)
+    outside = [p for p in args.parts or () if p not in parts]
+    if outside:
+        parser.error(f"--quick runs {', '.join(parts)}; not {', '.join(outside)}")
+    args.parts = [p for p in parts if p in (args.parts or parts)]  # the profile's order
+    if args.budget is None:
+        args.budget = float(sum(budgets[p] for p in args.parts))
+    return args
 
 
 # ------------------------------------------------------------------------------------------- correctness
@@ -532,21 +579,25 @@ def recorded_times(paths):
     return found
 
 
-def mode_rows(shapes, modes):
+def mode_rows(shapes, modes, order="mode"):
     """(N, batch, layer, mode) in the order the part measures them: every layer eager first (cheap), then the
-    compiled EVA layers, mode by mode (each first pass compiles)."""
+    compiled EVA layers (each first pass compiles): mode by mode, or with order="layer" (--quick, whose budget may
+    end first) shape by shape, the plain layers before those with RPE + dropout, each in every mode."""
     eager = [(N, B, name, "none") for N, B in shapes for name in MODE_LAYERS]
-    compiled = [(N, B, name, mode) for mode in modes if mode != "none" for N, B in shapes
-                for name in MODE_LAYERS if name.startswith("eva")]
-    return eager + compiled
+    compiled_modes = [mode for mode in modes if mode != "none"]
+    eva = [name for name in MODE_LAYERS if name.startswith("eva")]
+    if order == "layer":
+        eva.sort(key=lambda name: "+" in name)  # stable: eva, eva-causal, then their +rpe+dropout
+        return eager + [(N, B, name, mode) for N, B in shapes for name in eva for mode in compiled_modes]
+    return eager + [(N, B, name, mode) for mode in compiled_modes for N, B in shapes for name in eva]
 
 
-def modes_part(shapes, modes, kernel, device, dtype, deadline, emit, before=()):
+def modes_part(shapes, modes, kernel, device, dtype, deadline, emit, before=(), order="mode"):
     """The layer as users run it: each row's time a call, host and GPU time, the whole layer's TFLOPS, the time of
     its first forward + backward (compiling, for a compiled mode), against the same layer eager, SDPA eager, and `before`."""
     recorded = recorded_times(before)
     rows, inputs = [], {}
-    for N, batch, name, mode in mode_rows(shapes, modes):
+    for N, batch, name, mode in mode_rows(shapes, modes, order):
         row = dict(N=N, batch=batch, mechanism=name, mode=mode)
         if time.monotonic() > deadline:
             row["error"] = OUT_OF_TIME
@@ -759,16 +810,26 @@ def targets(result):
     return out
 
 
+def target_part(quantity):
+    """The part whose table a speed target reads."""
+    return {"words/s ratio": "paper_configs", "time ratio, fastest mode, batch 1": "modes"}.get(quantity, "speed_tokens")
+
+
 def number(x, fmt):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
 def summary(result):
     v = result["versions"]
+    chosen = result.get("plan", {})
+    kind = "the quick profile (--quick)" if chosen.get("profile") == "quick" else "the full check"
     lines = [f"# GPU check on {result['device']}", "",
-             f"torch {v['torch']}, Triton {v['triton']}, Python {v['python']}, commit {v['commit']}; "
-             f"{'--smoke (the CPU, tiny sizes)' if result['smoke'] else 'the full check'}; {result['date']}", "",
-             "| part | seconds | budget | status |", "|---|---|---|---|"]
+             f"torch {v['torch']}, Triton {v['triton']}, Python {v['python']}, commit {v['commit']}; {kind}"
+             f"{', --smoke (the CPU, tiny sizes)' if result['smoke'] else ''}; {result['date']}", ""]
+    if chosen.get("budgets"):
+        lines += [f"Budgets on an H100 or H200: {' + '.join(f'{p} {b:.0f}' for p, b in chosen['budgets'].items())} s; "
+                  f"the whole check {chosen['budget']:.0f} s" + (" (not applied on the CPU)." if result["smoke"] else "."), ""]
+    lines += ["| part | seconds | budget | status |", "|---|---|---|---|"]
     for part, info in result["parts"].items():
         lines.append(f"| {part} | {info['seconds']:.0f} | {number(info['budget'], '.0f')} | {info['status']} |")
     lines.append("")
@@ -860,8 +921,10 @@ def summary(result):
                          f"{r['intervals']} | {number(r['first_loss'], '.2f')} | {number(r['last_loss'], '.2f')} | "
                          f"{number(r['words_per_second'], '.0f')} | {r['seconds']:.0f} |")
         lines.append("")
-    lines += ["## Speed targets", "", "| measure | N | value | target | met |", "|---|---|---|---|---|"]
-    for t in targets(result):
+    shown = [t for t in targets(result) if target_part(t["quantity"]) in result["parts"] or not result["parts"]]
+    if shown:  # the targets whose tables ran (--parts, --quick)
+        lines += ["## Speed targets", "", "| measure | N | value | target | met |", "|---|---|---|---|---|"]
+    for t in shown:
         met = "-" if t["met"] is None else ("yes" if t["met"] else "no")
         lines.append(f"| {t['quantity']}: {t['mechanism']} vs {t['baseline']} | {t['N'] or ''} | {number(t['value'], '.2f')} | "
                      f"{'>=' if t['kind'] == 'min' else '<='} {t['bound']} | {met} |")
@@ -891,7 +954,8 @@ def failed(result):
 
 def main(argv=None):
     args = parse_args(argv)
-    s = settings(args.smoke)
+    s = settings(args.smoke, args.quick)
+    _, budgets = profile(args.quick)
     if not args.smoke and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device is visible to torch (torch.cuda.is_available() is False); "
                  "--smoke runs every part on the CPU at tiny sizes")
@@ -904,10 +968,16 @@ def main(argv=None):
     machine = common.machine(device)
     result = dict(device=machine["gpu"] if device.type == "cuda" else machine["cpu"],
                   versions=versions(), smoke=args.smoke, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  plan=dict(profile="quick" if args.quick else "full", parts=list(args.parts),
+                               budgets={p: budgets[p] for p in args.parts}, budget=args.budget),
                   settings={k: v for k, v in s.items() if k not in ("train", "hydra")}, parts={},
                   auto_kernel={"eva": auto_kernel(device, dtype, 0.0, False),
                                "eva+rpe+dropout": auto_kernel(device, dtype, 0.1, True)})
     data = {}
+    binarising = None
+    if args.parts[0] == "correctness" and {"paper_configs", "clean_exit"} & set(args.parts):
+        # the sample is binarised (fairseq-preprocess, CPU) while correctness runs, which times nothing
+        binarising = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="binarise").submit(prepare_data, work)
 
     def run_correctness(deadline):
         rows = result.setdefault("correctness", {"rows": []})["rows"]
@@ -916,7 +986,7 @@ def main(argv=None):
             rows.append(row)
             write(result, out)
 
-        correctness(device, s["precisions"], s["draws"], deadline=deadline, emit=emit)
+        correctness(device, s["precisions"], s["draws"], kernels=s["kernels"], deadline=deadline, emit=emit)
         return "ok" if all(r["status"] != "FAIL" for r in rows) else "failed rows"
 
     def run_speed(key, shapes):
@@ -936,7 +1006,7 @@ def main(argv=None):
         def run(deadline):
             part = result[key] = {"rows": []}
             if not data:
-                data.update(prepare_data(work))
+                data.update(prepare_data(work) if binarising is None else binarising.result())
 
             def emit(rows):
                 part["rows"] = rows
@@ -965,7 +1035,8 @@ def main(argv=None):
             part.update(rows=rows, ratios=mode_ratios(rows))
             write(result, out)
 
-        modes_part(s["mode_shapes"], s["modes"], args.speed_kernel, device, dtype, deadline, emit, before=BEFORE)
+        modes_part(s["mode_shapes"], s["modes"], args.speed_kernel, device, dtype, deadline, emit, before=BEFORE,
+                   order=s["mode_order"])
         return "ok"
 
     def lengths(default):
@@ -978,12 +1049,14 @@ def main(argv=None):
              "paper_configs": run_fairseq("paper_configs", lambda *a: paper_configs(*a, configs=args.configs)),
              "clean_exit": run_fairseq("clean_exit", clean_exit_check),
              "profile": run_profile}
-    for name in [p for p in PARTS if p in args.parts]:
+    for name in args.parts:
         start = time.monotonic()
         # --smoke has no budgets: a loaded CPU is slow, and the tests check the budgets on their own
-        deadline = math.inf if args.smoke else min(start + BUDGETS[name], started + args.budget)
+        deadline = math.inf if args.smoke else min(start + budgets[name], started + args.budget)
         info = result["parts"][name] = dict(budget=deadline - start, seconds=0.0, status="running")
         try:
+            if binarising is not None and name != "correctness":
+                binarising.exception()  # the next parts time the GPU, or need the data: the binarising ends first
             info["status"] = steps[name](deadline)
         except Exception:  # one failing part must not hide the others' results
             info.update(status="failed", error=traceback.format_exc()[-3000:])

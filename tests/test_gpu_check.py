@@ -1,11 +1,13 @@
 """The GPU check (benchmarks/gpu_check.py, `make gpu-check`) as far as a CPU can run it: the correctness
 table against the float64 reference, the time budgets, the FLOP count and the targets, the refusal without
-CUDA, and (slow) the whole check with --smoke, every part on the CPU. On a machine with CUDA the `cuda`
-test runs the correctness part for real."""
+CUDA, the quick profile's choice of parts, rows and budgets, and (slow) the whole check and the quick profile
+(through benchmarks/gpu_check_quick.sh) with --smoke, on the CPU. On a machine with CUDA the `cuda` test runs
+the correctness part for real."""
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -231,6 +233,122 @@ def test_smoke_run_writes_every_part(tmp_path):
                   "fairseq-hydra-train", "Clean exit", "Where a layer's time goes", "Speed targets"):
         assert title in text
     assert proc.stdout.count("[gpu_check]") == len(gpu_check.PARTS)
+
+
+QUICK_SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check_quick.sh")
+
+
+def planned_correctness_rows(monkeypatch, s):
+    """The correctness rows a profile's settings ask for, listed without computing any (no reference, no kernel)."""
+    references = [(name, side, mode, *[None] * 6) for name, side in (("bidirectional", "left"), ("causal", "right"))
+                  for mode in ("train", "eval")]
+    monkeypatch.setattr(gpu_check, "reference_cases", lambda: references)
+    monkeypatch.setattr(gpu_check, "attempt", lambda row, compute, device=None: dict(row, status="planned"))
+    return correctness_rows(torch.device(s["device"]), s["precisions"], s["draws"], kernels=s["kernels"])
+
+
+@pytest.mark.parametrize("smoke", [False, True])
+def test_quick_profile_chooses_parts_rows_and_budgets(monkeypatch, smoke):
+    """--quick: correctness, paper_configs, then modes (its budget an estimate, so last), within their budgets;
+    the Triton kernel's rows in float32 and bfloat16, both directions, training and evaluation, decoding and
+    dropout; the modes table's every row, the batch-1 target's first among the compiled ones."""
+    args = gpu_check.parse_args(["--quick"] + ["--smoke"] * smoke)
+    assert args.parts == list(gpu_check.QUICK_PARTS) == ["correctness", "paper_configs", "modes"]
+    assert args.budget == sum(gpu_check.QUICK_BUDGETS.values()) == 410
+    assert gpu_check.parse_args(["--quick", "--parts", "modes", "correctness"]).parts == ["correctness", "modes"]
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--quick", "--parts", "speed_tokens"])
+    assert gpu_check.parse_args([]).parts == list(gpu_check.PARTS) and gpu_check.parse_args([]).budget == 925
+
+    s, full = gpu_check.settings(smoke, quick=True), gpu_check.settings(smoke)
+    rows = planned_correctness_rows(monkeypatch, s)
+    assert {r["kernel"] for r in rows} == {"triton"} and {r["precision"] for r in rows} == {"float32", "bfloat16"}
+    assert [r["check"] for r in rows if r["precision"] == "bfloat16"] == [
+        "bidirectional, left padding, train", "bidirectional, left padding, eval", "causal, right padding, train",
+        "causal, right padding, eval", "causal, incremental decoding = full forward"]
+    dropout = [r["check"] for r in rows if "dropout" in r["check"]]
+    assert len(rows) == 14 and len(dropout) == 4 and {c.split(",")[0] for c in dropout} == {"bidirectional", "causal"}
+    if not smoke:  # on a GPU, rows of the full check's
+        assert {(r["check"], r["precision"]) for r in rows} <= {
+            (r["check"], r["precision"]) for r in planned_correctness_rows(monkeypatch, full) if r["kernel"] == "triton"}
+
+    # the modes table: the full check's rows, batch 1 first, and each mode of plain EVA and causal EVA at batch 1
+    # before any layer with RPE + dropout or any larger batch
+    modes = gpu_check.mode_rows(s["mode_shapes"], s["modes"], s["mode_order"])
+    assert sorted(modes) == sorted(gpu_check.mode_rows(full["mode_shapes"], full["modes"]))
+    compiled = [row for row in modes if row[3] != "none"]
+    assert modes[:len(modes) - len(compiled)] == [row for row in modes if row[3] == "none"]
+    if not smoke:
+        assert s["mode_shapes"] == [(1024, 1), (8192, 8)]
+        assert compiled[:4] == [(1024, 1, name, mode) for name in ("eva", "eva-causal")
+                                for mode in ("reduce-overhead", "default")]
+    assert {k: v for k, v in s.items() if k not in ("kernels", "precisions", "mode_shapes", "mode_order")} == {
+        k: v for k, v in full.items() if k not in ("kernels", "precisions", "mode_shapes", "mode_order")}
+
+
+def test_quick_profile_fits_its_job():
+    """The quick profile's budgets come under the full check's, and with the set-up, the start-up and a row past
+    its deadline they fit QUICK_CALL; gpu_check_quick.sh stops the check at QUICK_LIMIT."""
+    assert set(gpu_check.QUICK_BUDGETS) == set(gpu_check.QUICK_PARTS)
+    assert all(b <= gpu_check.BUDGETS[p] for p, b in gpu_check.QUICK_BUDGETS.items())
+    budgets = sum(gpu_check.QUICK_BUDGETS.values())
+    assert budgets + sum(gpu_check.QUICK_OUTSIDE.values()) <= gpu_check.QUICK_CALL == 8 * 60
+    outside = gpu_check.QUICK_OUTSIDE
+    assert outside["start-up"] + budgets + outside["a row past its deadline"] <= gpu_check.QUICK_LIMIT
+    assert gpu_check.QUICK_LIMIT + outside["set-up"] <= gpu_check.QUICK_CALL
+    with open(QUICK_SCRIPT) as f:
+        script = f.read()
+    assert f"TIME_LIMIT=${{TIME_LIMIT:-{gpu_check.QUICK_LIMIT}}}" in script
+    # the summary states the budgets, also where --smoke does not apply them
+    text = gpu_check.summary(result(plan=dict(profile="quick", parts=list(gpu_check.QUICK_PARTS),
+                                              budgets=gpu_check.QUICK_BUDGETS, budget=budgets)))
+    assert "the quick profile (--quick), --smoke" in text
+    assert "correctness 60 + paper_configs 270 + modes 80 s; the whole check 410 s (not applied on the CPU)" in text
+
+
+def test_quick_script_stops_where_python_cannot_run_the_check(tmp_path):
+    """gpu_check_quick.sh checks its Python before it starts the check, and says what it lacks."""
+    proc = subprocess.run(["bash", QUICK_SCRIPT, str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHON": "/bin/false"}, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "/bin/false cannot import torch, fairseq" in proc.stdout
+    assert (tmp_path / "out" / "setup.log").exists() and not (tmp_path / "out" / "gpu_check.json").exists()
+
+
+@pytest.mark.slow
+def test_quick_smoke_run_through_its_script(tmp_path):
+    """gpu_check_quick.sh --smoke: the quick profile on the CPU at tiny sizes, as the one command a CUDA machine
+    runs; its parts and rows, and its budgets stated (a CPU applies none)."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", QUICK_SCRIPT, str(out), "--smoke"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work")})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    assert sorted(os.listdir(out)) == ["gpu_check.json", "gpu_check.log", "gpu_check.md", "setup.log"]
+    data = json.loads((out / "gpu_check.json").read_text())
+    assert list(data["parts"]) == list(gpu_check.QUICK_PARTS) and all(p["status"] == "ok" for p in data["parts"].values())
+    assert data["plan"] == dict(profile="quick", parts=list(gpu_check.QUICK_PARTS), budgets=gpu_check.QUICK_BUDGETS,
+                                budget=sum(gpu_check.QUICK_BUDGETS.values()))
+    assert all(p["budget"] == math.inf for p in data["parts"].values())  # --smoke: none applied
+    assert not any(key in data for key in ("speed_tokens", "speed_batch1", "clean_exit", "profile"))
+    s = gpu_check.settings(True, quick=True)
+    correctness = data["correctness"]["rows"]
+    assert len(correctness) == 14 and {r["kernel"] for r in correctness} == {"triton"}
+    assert {r["precision"] for r in correctness} == {"float32", "bfloat16"}
+    # on the CPU: Triton's interpreter where Triton is installed (TRITON_INTERPRET=1), never for bfloat16
+    assert all(r["status"] in ("ok", "n/a") for r in correctness)
+    assert all(r["status"] == "n/a" for r in correctness if r["precision"] == "bfloat16")
+    modes = [(r["N"], r["batch"], r["mechanism"], r["mode"]) for r in data["modes"]["rows"]]
+    assert modes == gpu_check.mode_rows(s["mode_shapes"], s["modes"], s["mode_order"])
+    assert all("wall_ms" in r or "torch.compile cannot trace it" in r["error"] for r in data["modes"]["rows"])
+    runs = data["paper_configs"]["rows"]
+    assert [r["run"] for r in runs] == [c for e, _, b in gpu_check.PAPER_CONFIGS for c in (e, b)]
+    assert all(r["returncode"] == 0 and r["done"] and r["words_per_second"] > 0 for r in runs), runs
+    text = (out / "gpu_check.md").read_text()
+    assert "the quick profile (--quick), --smoke" in text and "the whole check 410 s (not applied on the CPU)" in text
+    for absent in ("tokens a call", "Clean exit", "Where a layer's time goes", "speed-up: eva vs sdpa"):
+        assert absent not in text
+    assert re.search(r"\[gpu_check_quick\] set-up: \d+ s", proc.stdout)
+    assert proc.stdout.count("[gpu_check] ") == len(gpu_check.QUICK_PARTS)
 
 
 @needs_cuda
