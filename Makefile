@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 # fairseq 0.12.x with the Python 3.11 fixes, as a prebuilt wheel (docs/design.md, "Environment")
 FAIRSEQ ?= ve-fairseq==0.12.3
 
-.PHONY: setup lint test test-slow demo figures results clean gpu-check
+.PHONY: setup lint test test-slow demo figures results clean gpu-check gpu-check-quick
 
 setup: $(VENV)/.installed
 
@@ -54,8 +54,13 @@ clean:
 	rm -rf $(VENV) *.egg-info
 
 # On a CUDA machine (make setup TORCH='torch==X' for a CUDA build): correctness per kernel, speed against flash
-# SDPA, the paper's configs under fairseq-hydra-train --fp16, a clean exit and a profile, in about 12 minutes (README, "GPU check");
-# e.g. make gpu-check GPU_CHECK_ARGS='--parts speed_tokens'
+# SDPA, the paper's configs under fairseq-hydra-train --fp16, a clean exit and a profile, in about 16 minutes on an
+# H100 or H200 (docs/gpu_check.md); e.g. make gpu-check GPU_CHECK_ARGS='--parts speed_tokens'
 GPU_CHECK_ARGS ?=
 gpu-check: setup
 	$(PY) -m benchmarks.gpu_check --out benchmarks/results/gpu $(GPU_CHECK_ARGS)
+
+# The quick profile, within 8 minutes: the Triton kernel's correctness (float32, bfloat16), the paper configs'
+# words/s, the layer eager and compiled. On a machine without `make setup`: bash benchmarks/gpu_check_quick.sh
+gpu-check-quick: setup
+	$(PY) -m benchmarks.gpu_check --quick --out benchmarks/results/gpu_quick $(GPU_CHECK_ARGS)
