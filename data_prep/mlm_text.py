@@ -16,7 +16,7 @@ plus <s>, as the masked_lm task builds it).
 import argparse
 import sys
 
-from utf8_check import NotUtf8, utf8_lines
+from utf8_check import NotUtf8, checked_lines
 
 
 def train_spm(args):
@@ -42,13 +42,14 @@ def encode(args):
 
         bpe = get_encoder(f"{args.gpt2}/encoder.json", f"{args.gpt2}/vocab.bpe")
         fn = lambda line: " ".join(map(str, bpe.encode(line)))  # noqa: E731
-    out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     try:
-        for line in utf8_lines(sys.stdin.buffer):
-            line = line.strip()
-            out.write((fn(line) if line else "") + "\n")
+        lines = checked_lines(sys.stdin.buffer)
     except NotUtf8 as e:
         sys.exit(f"error: {e}")
+    out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
+    for line in lines:
+        line = line.strip()
+        out.write((fn(line) if line else "") + "\n")
     out.flush()
 
 

@@ -13,7 +13,7 @@ from functools import partial
 from multiprocessing import Pool
 
 from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
-from utf8_check import NotUtf8, utf8_lines
+from utf8_check import NotUtf8, checked_lines
 
 _workers = {}
 
@@ -51,17 +51,17 @@ def main(argv=None):
     parser.add_argument("-a", "--aggressive-dash-splits", action="store_true")
     parser.add_argument("-j", "--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    stdin = utf8_lines(sys.stdin.buffer)
+    try:
+        stdin = checked_lines(sys.stdin.buffer)
+    except NotUtf8 as e:
+        sys.exit(f"error: {e}")
     out = open(sys.stdout.fileno(), "w", encoding="utf-8", newline="\n", closefd=False)
     if args.command == "tokenize":
         result = tokenize(stdin, args.lang, args.aggressive_dash_splits, args.workers)
     else:
         result = detokenize(stdin, args.lang)
-    try:
-        for line in result:
-            out.write(line + "\n")
-    except NotUtf8 as e:
-        sys.exit(f"error: {e}")
+    for line in result:
+        out.write(line + "\n")
     out.flush()
 
 

@@ -46,6 +46,10 @@ while (($#)); do
     esac
 done
 [[ -n $RAW ]] || { usage >&2; die "--raw DIR is required"; }
+need_count VOCAB_SIZE 1 "the sentencepiece vocabulary; 32000 by default"
+need_count WORKERS 1 "processes; the number of cores by default"
+[[ $BLOCKS =~ ^[[:space:]]*[0-9]+([[:space:]]+[0-9]+)*[[:space:]]*$ ]] \
+    || die "BLOCKS=\"$BLOCKS\" must be block lengths in tokens, whole numbers (e.g. BLOCKS=\"2048 4096\")"
 need_cmd fairseq-preprocess
 splits=(train valid); [[ -e $RAW/test.txt ]] && splits+=(test)
 for split in "${splits[@]}"; do need_text "$RAW/$split.txt"; done
@@ -56,7 +60,7 @@ case $BPE in
     sentencepiece)
         step "[1/3] sentencepiece BPE, vocabulary $VOCAB_SIZE, trained on $RAW/train.txt"
         grep -v '^\s*$' "$RAW/train.txt" > "$WORK/spm_input.txt"
-        "$PYTHON" "$HERE/mlm_text.py" train-spm --input "$WORK/spm_input.txt" --prefix "$WORK/spm" \
+        quietly "$HERE/mlm_text.py" train-spm --input "$WORK/spm_input.txt" --prefix "$WORK/spm" \
             --vocab-size "$VOCAB_SIZE" --threads "$WORKERS"
         rm "$WORK/spm_input.txt"
         enc=(--spm "$WORK/spm.model"); dict=()
@@ -73,7 +77,7 @@ esac
 
 step "[2/3] encoding ${splits[*]}"
 for split in "${splits[@]}"; do
-    "$PYTHON" "$HERE/mlm_text.py" encode "${enc[@]}" < "$RAW/$split.txt" > "$WORK/$split.bpe"
+    quietly "$HERE/mlm_text.py" encode "${enc[@]}" < "$RAW/$split.txt" > "$WORK/$split.bpe"
     echo "$split: $(wc -l < "$WORK/$split.bpe") lines, $(wc -w < "$WORK/$split.bpe") tokens"
 done
 
@@ -83,5 +87,5 @@ prefs=(--trainpref "$WORK/train.bpe" --validpref "$WORK/valid.bpe")
 preprocess_into "$DEST" --only-source --workers "$WORKERS" "${dict[@]}" "${prefs[@]}"
 [[ $BPE == sentencepiece ]] && cp "$WORK/spm.model" "$DEST/spm.model"
 # shellcheck disable=SC2086
-"$PYTHON" "$HERE/mlm_text.py" blocks "$DEST" --sizes $BLOCKS
+quietly "$HERE/mlm_text.py" blocks "$DEST" --sizes $BLOCKS
 echo "done: $DEST ($(wc -l < "$DEST/dict.txt") dictionary entries)"

@@ -37,6 +37,8 @@ while (($#)); do
         *) usage >&2; die "unknown argument $1" ;;
     esac
 done
+need_count THRESHOLD 0 "the count below which a word becomes <unk>; 0 by default"
+need_count WORKERS 1 "processes; the number of cores by default"
 need_cmd fairseq-preprocess
 if [[ -n $RAW ]]; then
     need_text "$RAW"/{train,valid,test}.txt
@@ -53,7 +55,7 @@ if [[ -n $RAW ]]; then
     TOK=$WORK/tokens
     mkdir -p "$TOK"
     for split in train valid test; do
-        "$PYTHON" "$HERE/moses.py" tokenize -l en -a -j "$WORKERS" < "$RAW/$split.txt" > "$TOK/wiki.$split.tokens"
+        quietly "$HERE/moses.py" tokenize -l en -a -j "$WORKERS" < "$RAW/$split.txt" > "$TOK/wiki.$split.tokens"
     done
 else
     if [[ -n $LOCAL && -e $LOCAL/wiki.train.tokens ]]; then

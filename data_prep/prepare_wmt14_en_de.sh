@@ -53,6 +53,11 @@ while (($#)); do
         *) usage >&2; die "unknown argument $1" ;;
     esac
 done
+need_count BPE_TOKENS 1 "joint BPE merges, 32000 by default"
+need_count MAX_LEN 1 "the longest training sentence kept, in BPE tokens; 250 by default"
+need_number RATIO "the largest length ratio of a training pair; 1.5 by default"
+[[ $AGGRESSIVE == 0 || $AGGRESSIVE == 1 ]] || die "AGGRESSIVE=$AGGRESSIVE must be 0 or 1"
+need_count WORKERS 1 "processes; the number of cores by default"
 need_cmd fairseq-preprocess
 need_cmd subword-nmt
 if [[ -n $RAW ]]; then
@@ -106,16 +111,16 @@ step "[2/5] Moses tokenisation (sacremoses, $WORKERS workers)"
 dash=(); [[ $AGGRESSIVE == 1 ]] && dash=(-a)
 for split in train valid test; do
     for l in $src $tgt; do
-        "$PYTHON" "$HERE/moses.py" tokenize -l $l "${dash[@]}" -j "$WORKERS" < "$WORK/raw/$split.$l" > "$WORK/tok/$split.$l"
+        quietly "$HERE/moses.py" tokenize -l $l "${dash[@]}" -j "$WORKERS" < "$WORK/raw/$split.$l" > "$WORK/tok/$split.$l"
     done
 done
 
 step "[3/5] joint BPE, $BPE_TOKENS merges (subword-nmt)"
-subword-nmt learn-joint-bpe-and-vocab --input "$WORK/tok/train.$src" "$WORK/tok/train.$tgt" -s "$BPE_TOKENS" \
+quietly subword-nmt learn-joint-bpe-and-vocab --input "$WORK/tok/train.$src" "$WORK/tok/train.$tgt" -s "$BPE_TOKENS" \
     -o "$WORK/bpe/code" --write-vocabulary "$WORK/bpe/vocab.$src" "$WORK/bpe/vocab.$tgt"
 for split in train valid test; do
     for l in $src $tgt; do
-        subword-nmt apply-bpe -c "$WORK/bpe/code" --vocabulary "$WORK/bpe/vocab.$l" --vocabulary-threshold 50 \
+        quietly subword-nmt apply-bpe -c "$WORK/bpe/code" --vocabulary "$WORK/bpe/vocab.$l" --vocabulary-threshold 50 \
             < "$WORK/tok/$split.$l" > "$WORK/bpe/$split.$l"
     done
 done

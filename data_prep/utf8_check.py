@@ -4,10 +4,12 @@
 
 The tools that follow (sacremoses, sentencepiece, subword-nmt, fairseq-preprocess) read UTF-8: given other
 bytes (a Latin-1 "Caf\\xe9") they replace them with U+FFFD, cut them into odd pieces or stop with a traceback.
-`utf8_lines` gives the same one-line error to the scripts that read standard input (moses.py, mlm_text.py).
+`checked_lines` gives the same one-line error to the tools that read standard input (moses.py, mlm_text.py),
+before they write a line.
 """
 
 import sys
+import tempfile
 
 BLOCK = 1 << 24
 
@@ -23,32 +25,47 @@ def _raise_at(name, data, error, first_line):
                   "convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line")
 
 
-def check_file(path):
-    """Raise NotUtf8 at the first line of path that is not UTF-8 (read in blocks of whole lines: fast)."""
+def check_stream(f, name, copy_to=None):
+    """Raise NotUtf8 at the first line of a binary stream that is not UTF-8 (read in blocks of whole lines: fast);
+    what was read is also written to `copy_to`, when given."""
     line, rest = 1, b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(BLOCK)
-            data = rest + block
-            if block:  # decode whole lines only, so that no character is cut between two blocks
-                cut = data.rfind(b"\n") + 1
-                data, rest = data[:cut], data[cut:]
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                _raise_at(path, data, e, line)
-            line += data.count(b"\n")
-            if not block:
-                return
-
-
-def utf8_lines(stream, name="standard input"):
-    """The lines of a binary stream, decoded; NotUtf8 at the first one that is not UTF-8."""
-    for n, raw in enumerate(stream, 1):
+    while True:
+        block = f.read(BLOCK)
+        if copy_to is not None:
+            copy_to.write(block)
+        data = rest + block
+        if block:  # decode whole lines only, so that no character is cut between two blocks
+            cut = data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
         try:
-            yield raw.decode("utf-8")
+            data.decode("utf-8")
         except UnicodeDecodeError as e:
-            _raise_at(name, raw, e, n)
+            _raise_at(name, data, e, line)
+        line += data.count(b"\n")
+        if not block:
+            return
+
+
+def check_file(path):
+    """Raise NotUtf8 at the first line of path that is not UTF-8."""
+    with open(path, "rb") as f:
+        check_stream(f, path)
+
+
+def checked_lines(stream, name="standard input"):
+    """The lines of a binary stream, decoded, once all of it was found to be UTF-8: NotUtf8 comes before the
+    first line, so that a tool stopped by it has written nothing. A file is read twice; a pipe is kept in a
+    temporary file while it is checked."""
+    if stream.seekable():
+        start = stream.tell()
+        check_stream(stream, name)
+        stream.seek(start)
+        source = stream
+    else:
+        source = tempfile.TemporaryFile()
+        check_stream(stream, name, copy_to=source)
+        source.seek(0)
+    return (raw.decode("utf-8") for raw in source)
 
 
 def main(argv=None):

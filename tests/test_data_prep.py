@@ -6,16 +6,21 @@ import http.server
 import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(ROOT, "data", "sample")
+SAMPLE_DIR = Path(SAMPLE)
 sys.path.insert(0, os.path.join(ROOT, "data_prep"))
 import fetch  # noqa: E402
 
@@ -307,12 +312,16 @@ def test_text_tools_refuse_stdin_that_is_not_utf8(cmd, tmp_path):
     (tmp_path / "encoder.json").write_text(json.dumps({c: i for i, c in enumerate(bytes_to_unicode().values())}))
     (tmp_path / "vocab.bpe").write_text("#version: 0.2\n")
     cmd = [str(tmp_path) if c == "GPT2" else c for c in cmd]
-    r = subprocess.run([sys.executable, f"data_prep/{cmd[0]}", *cmd[1:]], cwd=ROOT, input=b"fine\nCaf\xe9\n",
-                       capture_output=True, timeout=60)
-    assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
-    assert r.stderr.decode().splitlines()[-1] == (
-        "error: standard input line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
-        "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line")
+    (tmp_path / "in.txt").write_bytes(b"fine\nCaf\xe9\n")
+    for piped in (True, False):  # a pipe, and a file (read twice: checked, then processed)
+        with open(tmp_path / "in.txt", "rb") as f:
+            r = subprocess.run([sys.executable, f"data_prep/{cmd[0]}", *cmd[1:]], cwd=ROOT, capture_output=True,
+                               timeout=60, **({"input": f.read()} if piped else {"stdin": f}))
+        assert r.returncode == 1 and "Traceback" not in r.stderr.decode()
+        assert r.stderr.decode().splitlines()[-1] == (
+            "error: standard input line 2 is not UTF-8 (byte 0xe9 at byte 4 of the line): convert it to UTF-8 "
+            "(e.g. iconv -f latin1 -t utf-8 for Latin-1 text) or fix that line")
+        assert r.stdout == b""  # not even the line before it
 
 
 def test_utf8_check_finds_the_line_across_blocks(tmp_path, monkeypatch):
@@ -390,6 +399,86 @@ def test_the_other_failed_preps_leave_nothing_new(script, args, env, says, tmp_p
     assert not (tmp_path / "new").exists()
 
 
+
+@pytest.mark.parametrize("script, env, says", [
+    ("prepare_wmt14_en_de.sh", {"BPE_TOKENS": "abc"}, "BPE_TOKENS=abc must be a whole number of at least 1 "
+     "(joint BPE merges, 32000 by default)"),
+    ("prepare_wmt14_en_de.sh", {"RATIO": "1,5"}, "RATIO=1,5 must be a number above 0 (the largest length ratio "
+     "of a training pair; 1.5 by default)"),
+    ("prepare_wmt14_en_de.sh", {"AGGRESSIVE": "yes"}, "AGGRESSIVE=yes must be 0 or 1"),
+    ("prepare_wikitext103.sh", {"THRESHOLD": "-1"}, "THRESHOLD=-1 must be a whole number of at least 0 (the count "
+     "below which a word becomes <unk>; 0 by default)"),
+    ("prepare_mlm.sh", {"WORKERS": "0"}, "WORKERS=0 must be a whole number of at least 1 (processes; the number of "
+     "cores by default)"),
+    ("prepare_mlm.sh", {"BLOCKS": "2048,4096"}, 'BLOCKS="2048,4096" must be block lengths in tokens, whole numbers '
+     '(e.g. BLOCKS="2048 4096")')])
+def test_a_bad_number_in_the_environment_stops_before_anything_is_made(script, env, says, tmp_path):
+    """A number that a later tool would refuse in its own words (subword-nmt's --symbols for BPE_TOKENS=abc, at
+    step 3) or take wrongly is named at the start, before any input is read."""
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    r = run(["bash", f"data_prep/{script}", "--raw", str(tmp_path / "raw")],
+            {"WORK": str(work), "DEST": str(dest), **env}, ok=False)
+    assert r.returncode == 1 and r.stderr.splitlines() == [f"error: {says}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def interrupt(script, args, env, when, files):
+    """Run a preparation in its own process group, press Ctrl-C (SIGINT to the group, as a terminal sends it) once
+    `when` is printed and each of `files` exists, and return the CompletedProcess-like result."""
+    proc = subprocess.Popen(["bash", f"data_prep/{script}", *args], cwd=ROOT, env={**ENV, **env}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if when in line:
+                break
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(f) and os.path.getsize(f) for f in files) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+INTERRUPTED = "interrupted during {}: what this run made is removed (downloads stay); the same command starts again"
+
+
+def test_ctrl_c_during_a_preparation_removes_what_it_made(tmp_path):
+    """Ctrl-C while moses.py tokenises (Wikitext-103's step 1): exit status 130, one line, no Python traceback, and
+    no half-made tokens file or folder (bash ending on SIGINT showed the clean-up an exit status of 0)."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        text = (SAMPLE_DIR / "doc_en" / f"{split}.txt").read_text(encoding="utf-8")
+        (raw / f"{split}.txt").write_text(text * (3 if split == "train" else 1), encoding="utf-8")
+    work, dest = tmp_path / "new" / "work", tmp_path / "new" / "bin"
+    r = interrupt("prepare_wikitext103.sh", ["--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)},
+                  "==> [1/2]", [work / "tokens" / "wiki.train.tokens"])
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.splitlines() == ["", INTERRUPTED.format(f"[1/2] Moses-tokenising the plain text in {raw}")]
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_bpe_step_removes_what_it_made(tmp_path):
+    """Ctrl-C while subword-nmt learns the joint BPE (WMT14's step 3): the partial code file and the vocabularies
+    go with the work folders it made; the downloads folder, there before, stays."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            shutil.copy(SAMPLE_DIR / "po_en_de" / f"{split}.{lang}", raw / f"{split}.{lang}")
+    work, dest = tmp_path / "work", tmp_path / "bin"
+    (work / "orig").mkdir(parents=True)
+    r = interrupt("prepare_wmt14_en_de.sh", ["--raw", str(raw)], {"WORK": str(work), "DEST": str(dest)},
+                  "==> [3/5]", [work / "bpe" / "code"])
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.splitlines()[-1] == INTERRUPTED.format("[3/5] joint BPE, 32000 merges (subword-nmt)")
+    assert "KeyboardInterrupt" not in r.stderr  # above it: subword-nmt's progress bar
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if "raw" not in p.parts) == [
+        "work", "work/orig"]
 
 def test_make_sample_refuses_text_that_is_not_utf8(tmp_path):
     source = tmp_path / "corpora"
