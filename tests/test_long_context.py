@@ -113,6 +113,13 @@ def test_mechanism_rows_are_the_registrys_at_the_papers_settings_and_named_knob(
     assert lc.row_options("mlm", "linformer", 1024)[-2:] == ["--linformer-max-positions", "1024"]
     assert lc.row_options("mlm", "long_short", 2048)[2:4] == ["--long-short-window-size", "256"]
     assert lc.row_options("lm", "elu", 2048) == [lm, "elu"] and lc.row_options("mlm", "elu", 2048) == [mlm, "elu"]
+    defaults = {"lm": {"performer": 97, "rfa": 64, "t2r": 96},  # as --help gives them
+                "mlm": {"performer": 193, "rfa": 128, "t2r": 192, "lara": 128, "linformer": 193, "reformer": 42,
+                        "combiner": 314, "long_short": 32}}
+    for task, knobs in defaults.items():
+        for row, value in knobs.items():
+            options = lc.row_options(task, row, 2048)
+            assert options[options.index(f"--{row}-{lc.mechanisms()[0].KNOBS[row]}".replace("_", "-")) + 1] == str(value)
     assert lc.row_options("lm", "performer-64", 2048)[-1] == "64"  # pinned
     assert lc.row_options("mlm", "long_short-16", 512, dim=64, heads=2)[-2:] == ["--long-short-num-landmarks", "16"]
     assert lc.row_kind("long_short-16") == "long_short" and lc.row_kind("eva-128-8") == "eva"
@@ -428,6 +435,28 @@ def test_whole_script_on_a_tiny_corpus_then_resumes_without_work(tmp_path):
     r = script(*args, timeout=120)  # everything done: nothing retrains
     assert r.returncode == 0 and "training" not in r.stdout, r.stdout
     assert before == {row: (work / row / "train.log").stat().st_mtime for row in before}
+
+
+@pytest.mark.slow
+def test_mechanism_rows_train_evaluate_and_show_their_cost_in_the_report(tmp_path):
+    """Rows named after other mechanisms (two masked LMs, one LM) through the whole path: training, test
+    perplexity and the report with their multiply-adds per token."""
+    work = tmp_path / "work"
+    args = [os.path.join(ROOT, "data", "sample", "doc_en"), "--work", work, "--budget-minutes", "0.05",
+            "--tokens-per-sample", "256", "--layers", "1", "--dim", "32", "--ffn", "64", "--heads", "2", "--vocab", "300",
+            "--validate-every", "4", "--valid-words", "2000", "--train-words", "30000"]
+    for task, rows in (("mlm", "performer,long_short"), ("lm", "t2r")):
+        r = script(*args, "--task", task, "--rows", rows, timeout=900)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for row in ("mlm-performer", "mlm-long_short", "t2r"):
+        curve = [json.loads(x) for x in open(work / row / "curve.jsonl")]
+        assert curve and all(p["ppl"] > 1 for p in curve), row
+        assert all(ppl > 1 for ppl in json.loads((work / row / "test_ppl.json").read_text()).values()), row
+    command = (work / "mlm-performer" / "command.txt").read_text()
+    assert "--encoder-attention performer --performer-kernel relu --performer-num-features 193" in command
+    text = (work / "results.md").read_text()
+    # eva's cost at 256 tokens: mlm 2 (256 + 128) D + 2 D = 770 D, lm 2 (64 + 16) D + 2 D = 162 D
+    assert "| performer | 772 | 1 |" in text and "| long_short | 770 | 1 |" in text and "| t2r | 160 | 1 |" in text
 
 
 def test_loss_by_position_averages_doubling_ranges():
