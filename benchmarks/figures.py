@@ -47,6 +47,14 @@ def approximation_equal_cost(path):
     approx.plot_equal_cost(load("approximation.json")["results"], path)
 
 
+def mechanisms_speed(path):
+    from benchmarks import mechanisms
+
+    runs = sorted(name for name in os.listdir(record("mechanisms")) if name.startswith("speed_") and name.endswith(".json"))
+    rows = [r for name in runs for r in load("mechanisms", name)["results"]]
+    mechanisms.plot(sorted(rows, key=lambda r: (r["setting"] != "paper", r["N"])), path)
+
+
 def decoding(path):
     from benchmarks import decoding as dec
 
@@ -122,6 +130,7 @@ FIGURES = {  # name: (draw, file under docs/img)
     "cpu_speed": (cpu_speed, "speed_c_loop.png"),
     "approximation": (approximation, "approximation.png"),
     "approximation_equal_cost": (approximation_equal_cost, "approximation_equal_cost.png"),
+    "mechanisms_speed": (mechanisms_speed, "mechanisms_speed.png"),
     "decoding": (decoding, "decoding.png"),
     "training": (training, "training.png"),
     "gpu_speed": (gpu_speed, "gpu_h200_layer.png"),

@@ -142,6 +142,9 @@ def markdown(rows):
 def plot(rows, path):
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     fig, axes = common.figure(2 * len(settings))
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab20"]  # one colour a mechanism, the same in every panel
     for i, setting in enumerate(settings):
         for j, (key, title) in enumerate((("layer_s", "time, forward + backward (s)"), ("peak_bytes", "peak memory (MiB)"))):
             ax = axes[2 * i + j]
@@ -149,7 +152,7 @@ def plot(rows, path):
                 points = [(r["N"], r[key] * (2**-20 if key == "peak_bytes" else 1)) for r in rows
                           if r["setting"] == setting and r["mechanism"] == name]
                 ax.plot(*zip(*points), "-o" if name == "eva" else "-", label=name, markersize=3,
-                        linewidth=2.2 if name == "eva" else 1.2)
+                        linewidth=2.2 if name == "eva" else 1.2, color=colours(registry.choices().index(name)))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("sequence length N")

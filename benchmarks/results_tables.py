@@ -38,7 +38,9 @@ def mechanisms_speed(setting, lengths):
     """One row a mechanism: time and peak memory against EVA's in the same run, at each length."""
 
     def render():
-        rows = load("mechanisms", f"speed_{setting}.json")["results"]
+        rows = [r for name in sorted(os.listdir(os.path.join(RESULTS, "mechanisms")))
+                if name.startswith(f"speed_{setting}") and name.endswith(".json")
+                for r in load("mechanisms", name)["results"]]  # each run holds EVA, which its ratios are against
         names = list(dict.fromkeys(r["mechanism"] for r in rows))
         shown = [n for n in lengths if any(r["N"] == n for r in rows)]
         cells = {(r["mechanism"], r["N"]): r for r in rows}
