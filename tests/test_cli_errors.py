@@ -148,12 +148,25 @@ def mistakes(trained, tmp_path_factory):
         "tokens_train": ("train", lm["bin"], *plugin, "--task", "language_modeling", "--arch", "transformer_lm_eva_tiny",
                          "--tokens-per-sample", 128, "--max-target-positions", 64, *train_lm, "--save-dir", where / "save"),
         "tokens_eval_lm": ("eval_lm", lm["bin"], *plugin, "--path", lm["ckpt"], "--tokens-per-sample", 2048),
+        "split_missing": ("generate", mt["bin"], *plugin, "--path", mt["ckpt"], "--gen-subset", "tset"),
+        "restore_file_missing": ("train", lm["bin"], *plugin, "--task", "language_modeling", "--arch",
+                                 "transformer_lm_eva_tiny", "--tokens-per-sample", 64, *train_lm, "--save-dir",
+                                 where / "save", "--restore-file", trained["save"] / "lm" / "checkpoint_lst.pt"),
+        "hub_folder_missing": {"code": hub(where / "no_folder", "checkpoint_best.pt", lm["bin"])},
+        "hub_file_for_folder": {"code": hub(lm["ckpt"], "checkpoint_best.pt", lm["bin"])},
         "data_missing_hydra": ("hydra_train", *HYDRA_LM, f"task.data={where / 'no_data'}",
                                f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={where / 'hydra'}",
                                f"hydra.run.dir={where / 'hydra'}"),
     }
     results = run_jobs(jobs, cwd=where)
     return {"where": where, "other": other, "files": files, **results}
+
+
+def hub(folder, name, data, plugin=True):
+    """Python code that loads a language model through fairseq's hub interface."""
+    return ("import fairseq_eva\n" if plugin else "") + (
+        "from fairseq.models.transformer_lm import TransformerLanguageModel\n"
+        f"TransformerLanguageModel.from_pretrained({str(folder)!r}, {name!r}, {str(data)!r})")
 
 
 PREPROCESS = "give the folder that fairseq-preprocess wrote (its --destdir; a data_prep script's DEST)"
@@ -232,8 +245,6 @@ def without_plugin(trained, tmp_path_factory):
     (where / "other").mkdir()  # a --user-dir that is not the plugin
     (where / "other" / "__init__.py").write_text("")
     lm, hydra = trained["lm"], trained["hydra"]
-    hub = ("from fairseq.models.transformer_lm import TransformerLanguageModel\n"
-           f"TransformerLanguageModel.from_pretrained({str(hydra.parent)!r}, {hydra.name!r}, {str(lm['bin'])!r})")
     eval_lm = ("eval_lm", lm["bin"], "--cpu", "--path", lm["ckpt"], "--tokens-per-sample", 64, "--gen-subset", "test")
     return {"where": where, **run_jobs({
         "user_dir": ("train", where, "--user-dir", "fairseq_evaa", "--task", "language_modeling"),
@@ -242,7 +253,7 @@ def without_plugin(trained, tmp_path_factory):
         "hydra_generate": ("generate", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
         "hydra_eval_lm": ("eval_lm", lm["bin"], "--cpu", "--path", hydra),
         "hydra_interactive": ("interactive", lm["bin"], "--task", "language_modeling", "--cpu", "--path", hydra),
-        "hydra_hub": {"code": hub},
+        "hydra_hub": {"code": hub(hydra.parent, hydra.name, lm["bin"], plugin=False)},
         "hydra_user_dir": ("hydra_train", *HYDRA_LM, f"task.data={lm['bin']}", "common.user_dir=fairseq_evaa",
                            f"checkpoint.save_dir={where / 'run'}", f"hydra.run.dir={where / 'run'}"),
     }, cwd=where)}
@@ -303,3 +314,19 @@ def test_a_negative_context_window_or_too_small_max_tokens_is_one_line(mistakes)
     line = last_line(mistakes["max_tokens"])
     assert re.fullmatch(r"fairseq-generate: error: a sentence of (\d+) tokens does not fit in a batch of --max-tokens "
                         r"16: a batch holds whole sentences; give --max-tokens \1 or more", line), line
+
+
+def test_a_missing_split_restore_file_or_hub_folder_is_one_line(mistakes, trained):
+    save, where, mt = trained["save"], mistakes["where"], trained["mt"]
+    assert last_line(mistakes["split_missing"]) == (
+        f"fairseq-generate: error: no split tset in {mt['bin']} (it holds test, train, valid): give one of those "
+        "(--gen-subset, --valid-subset, --train-subset), or run fairseq-preprocess with that split")
+    assert last_line(mistakes["restore_file_missing"]) == (
+        f"fairseq-train: error: --restore-file {save}/lm/checkpoint_lst.pt does not exist (fairseq-train would start "
+        f"afresh without a word): {save}/lm holds {save}/lm/checkpoint_best.pt, {save}/lm/checkpoint_last.pt")
+    assert last_line(mistakes["hub_folder_missing"]) == (
+        f"python: error: model folder {where}/no_folder does not exist: give the folder that holds the checkpoint "
+        "(the --save-dir it was trained into), and the checkpoint's name ('checkpoint_best.pt' here)")
+    assert last_line(mistakes["hub_file_for_folder"]) == (
+        f"python: error: {trained['lm']['ckpt']} is a checkpoint file: from_pretrained takes its folder and its "
+        f"name, from_pretrained('{save}/lm', 'checkpoint_best.pt', ...)")

@@ -8,15 +8,16 @@ with `python -c` and no `import fairseq_eva`):
   --required-batch-size-multiple. Without it: fairseq-generate on the demo's 500 test sentences prints 496.
 - batch_limits: a --max-tokens below the longest sentence fails fairseq's assertion. Without it:
   `AssertionError: Sentences lengths should not exceed max_tokens=16` (fairseq-generate --max-tokens 16).
-- checkpoint_paths: a --path that is missing or a folder. Without it: `OSError: Model file not found` or
-  `IsADirectoryError` (fairseq-generate --path checkpoints/demo_mt).
+- checkpoint_paths: a --path that is missing or a folder, a --restore-file that is missing (fairseq-train starts
+  afresh), a hub folder that is missing. Without it: `OSError: Model file not found` or `IsADirectoryError`
+  (fairseq-generate --path checkpoints/demo_mt).
 - checkpoint_safety: torch's weights-only loading refuses fairseq checkpoints (argparse.Namespace), a file that is
   not a checkpoint gets torch's advice to unpickle anything, and checkpoint_last.pt is a plain, non-atomic copy.
   Without it: fairseq-generate on a checkpoint of a legacy-configured model stops with torch's `weights_only` message.
 - clean_exit: fairseq's prefetching thread aborts Python at exit. Without it: a run that stops at --max-update
   early in an epoch ends with "terminate called without an active exception" (SIGABRT) after "done training".
-- data_dir: a data folder that is missing or holds another task's data. Without it: a FileNotFoundError
-  traceback (`fairseq-train no_such_folder ...`) or `Exception: Could not infer language pair`.
+- data_dir: a data folder that is missing or holds another task's data, a split it does not hold. Without it: a
+  FileNotFoundError traceback (`fairseq-train no_such_folder ...`) or `Exception: Could not infer language pair`.
 - distributed: torchrun with fairseq's defaults trains N independent copies, all rank 0, into one folder.
   Without it: `torchrun --nproc_per_node 2 fairseq-train ... --cpu` logs `distributed_world_size: 1` twice.
 - eval_lm_window: fairseq-eval-lm with --context-window >= --tokens-per-sample fails inside its token blocks, and

@@ -6,6 +6,10 @@ traceback (`nodata/dict.txt`, or `os.listdir` of the folder); language-model dat
 `Exception: Could not infer language pair`, and translation data given to a language model in another
 FileNotFoundError. Here `tasks.setup_task` looks at the folder first (fairseq-train, fairseq-hydra-train,
 fairseq-generate, fairseq-eval-lm, fairseq-interactive, the hub) and names what is wrong with it.
+
+A split that is not in the folder (`--gen-subset tset`, a `--valid-subset` of another preparation) ends in a
+`FileNotFoundError: Dataset not found: tset (DIR)` traceback: the task's load_dataset says instead which splits
+the folder holds.
 """
 
 import functools
@@ -69,11 +73,41 @@ def check(cfg):
         raise UserError(f"{folder} holds no fairseq-preprocess output (no dict.txt): {PREPROCESS}")
 
 
+def splits_in(folder):
+    """The splits of fairseq-preprocess output in a folder: `valid` of valid.idx and of valid.en-de.en.idx."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted({n.split(".")[0] for n in names if n.endswith(".idx")})
+
+
+def _naming_splits(load_dataset, data):
+    @functools.wraps(load_dataset)
+    def wrapper(split, *args, **kwargs):
+        try:
+            return load_dataset(split, *args, **kwargs)
+        except FileNotFoundError as error:
+            if not str(error).startswith("Dataset not found:") or not isinstance(data, str) or "://" in data:
+                raise
+            folder = data.split(os.pathsep)[0]
+            found = splits_in(folder)
+            held = f"it holds {', '.join(found)}" if found else "it holds no split (no *.idx files)"
+            raise UserError(f"no split {split} in {folder} ({held}): give one of those (--gen-subset, "
+                            "--valid-subset, --train-subset), or run fairseq-preprocess with that split") from None
+
+    return wrapper
+
+
 def _checking_data(setup_task):
     @functools.wraps(setup_task)
     def wrapper(cfg, *args, **kwargs):
         check(cfg)
-        return setup_task(cfg, *args, **kwargs)
+        task = setup_task(cfg, *args, **kwargs)
+        data = getattr(cfg, "data", None)
+        if task is not None and hasattr(task, "load_dataset"):
+            task.load_dataset = _naming_splits(task.load_dataset, data)
+        return task
 
     return wrapper
 
