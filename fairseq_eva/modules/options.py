@@ -1,4 +1,6 @@
-"""EVA's model options: their command-line form, their architecture defaults and their build-time checks.
+"""The model options of the attention choices: their command-line form, their architecture defaults and their
+build-time checks. EVA (and local attention, EVA without chunks) has the `--eva-*` options below; every other
+mechanism of the registry has `--NAME-OPTION`, generated from its registry entry (`add_mechanism_args`).
 
 The options are plain argparse options (legacy fairseq models), added by the models' `add_args`; under
 fairseq-hydra-train the same names are `model.` keys (`--eva-window-size` is `model.eva_window_size`).
@@ -12,7 +14,8 @@ When a model is built, `validate_eva_args` reads the options of each EVA self-at
 `EVAOptions` (EVAAttention's keyword arguments) and checks it; a bad value raises `EVAOptionError`, whose
 message names the options as the user wrote them: `--eva-window-size` under fairseq-train (which prints it
 as one line, `fairseq-train: error: ...`, like argparse, see fairseq_eva.errors) and `model.eva_window_size` under
-fairseq-hydra-train (which prints it without a traceback).
+fairseq-hydra-train (which prints it without a traceback). Another mechanism is built once on the meta device
+to check its options (`_check_mechanism`), and a direction it lacks is refused, naming the choices that have it.
 """
 
 import argparse
