@@ -426,8 +426,11 @@ def test_a_bad_number_in_the_environment_stops_before_anything_is_made(script, e
 def interrupt(script, args, env, when, files):
     """Run a preparation in its own process group, press Ctrl-C (SIGINT to the group, as a terminal sends it) once
     `when` is printed and each of `files` exists, and return the CompletedProcess-like result."""
+    # SIGINT's default action, as under a terminal: a suite started in the background inherits it ignored, and bash
+    # cannot trap a signal ignored when it starts
     proc = subprocess.Popen(["bash", f"data_prep/{script}", *args], cwd=ROOT, env={**ENV, **env}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stdout:
             if when in line:

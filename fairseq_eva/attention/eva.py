@@ -209,7 +209,7 @@ class EVAAttention(nn.Module):
         would keep the whole product, q's third too."""
         B, N, _ = x.shape
         projections = (self.q_proj, self.k_proj, self.v_proj)
-        if not x.is_cuda:
+        if not (x.is_cuda or self.kernel == "triton"):  # (a pinned Triton kernel: its path, also under the interpreter)
             return tuple(self._split_heads(p(x)) for p in projections)
         weight = torch.cat([p.weight for p in projections])
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
