@@ -18,6 +18,7 @@ import sys
 import torch
 
 from benchmarks import common
+from benchmarks.speed import layer_call
 from fairseq_eva.attention import registry
 
 D_MODEL, HEADS = 768, 12
@@ -77,15 +78,6 @@ def builds(name, opts, embed_dim=D_MODEL, num_heads=HEADS, causal=False):
         return True
     except ValueError:
         return False
-
-
-def layer_call(layer, x, grad):
-    def run():
-        layer.zero_grad(set_to_none=True)
-        x.grad = None
-        layer(x).backward(grad)
-
-    return run
 
 
 def parse_args(argv):

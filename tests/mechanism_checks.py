@@ -96,3 +96,14 @@ def check_gradients(name, causal=False, N=6, padded=True, **options):
         return torch.func.functional_call(module, dict(zip(names, values)), (x,), {"key_padding_mask": mask})
 
     assert torch.autograd.gradcheck(layer, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def expected_output(module, x, mask, attention):
+    """The layer's output with `attention(q, k, v, real)` in place of its attend (pads zeroed, then out_proj)."""
+    q, k, v = module.project(x)
+    y = attention(q, k, v, ~mask).masked_fill(mask[:, None, :, None], 0)
+    return module.out_proj(y.transpose(1, 2).reshape(x.shape))
+
+
+def assert_real_close(y, expected, mask):
+    torch.testing.assert_close(y[~mask], expected[~mask], rtol=1e-10, atol=1e-10)

@@ -6,6 +6,7 @@ through its abstraction; the shared checks (padding, gradients); options named i
 import mechanism_checks as checks
 import pytest
 import torch
+from mechanism_checks import assert_real_close, expected_output
 
 from fairseq_eva.attention import combiner, registry
 from fairseq_eva.attention import softmax as softmax_module
@@ -23,19 +24,8 @@ def right_padded(lengths=(N, 6)):
     return x, mask
 
 
-def expected_output(module, x, mask, attention):
-    """The layer's output with `attention(q, k, v, real)` in place of its attend (pads zeroed, then out_proj)."""
-    q, k, v = module.project(x)
-    y = attention(q, k, v, ~mask).masked_fill(mask[:, None, :, None], 0)
-    return module.out_proj(y.transpose(1, 2).reshape(x.shape))
-
-
 def softmax(q, k, v, real):
     return softmax_module.reference(q, k, v, real=real)
-
-
-def assert_real_close(y, expected, mask):
-    torch.testing.assert_close(y[~mask], expected[~mask], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("abstraction", combiner.ABSTRACTIONS)

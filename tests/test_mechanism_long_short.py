@@ -8,6 +8,7 @@ import math
 import mechanism_checks as checks
 import pytest
 import torch
+from mechanism_checks import assert_real_close, expected_output
 
 from fairseq_eva.attention import long_short, registry
 from fairseq_eva.attention import softmax as softmax_module
@@ -26,19 +27,8 @@ def padded(lengths=(N, 6), left=False):
     return x, (mask.flip(1) if left else mask)
 
 
-def expected_output(module, x, mask, attention):
-    """The layer's output with `attention(q, k, v, real)` in place of its attend (right padding; pads zeroed)."""
-    q, k, v = module.project(x)
-    y = attention(q, k, v, ~mask).masked_fill(mask[:, None, :, None], 0)
-    return module.out_proj(y.transpose(1, 2).reshape(x.shape))
-
-
 def softmax(q, k, v, real):
     return softmax_module.reference(q, k, v, real=real)
-
-
-def assert_real_close(y, expected, mask):
-    torch.testing.assert_close(y[~mask], expected[~mask], rtol=1e-10, atol=1e-10)
 
 
 def layer_norm(norm):
