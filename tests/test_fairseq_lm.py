@@ -190,6 +190,19 @@ def test_a_pinned_c_loop_without_a_compiler_stops_before_training(trained, tmp_p
     assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
 
 
+def test_a_pinned_kernel_that_cannot_train_stops_before_the_first_batch(trained, tmp_path):
+    """--eva-kernel fused on the CPU evaluates but gives the trainable relative position bias no gradient: training
+    with it ends in one line naming the option, why and the kernels that train; no traceback, no crash.pt."""
+    save = tmp_path / "ckpt"
+    proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", save, "--max-update", 2, "--eva-kernel", "fused",
+               cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("fairseq-train: error: --eva-kernel fused")]
+    assert said and "gives no gradient to a trainable relative position bias): train with one of auto, " in said[0], \
+        proc.log[-3000:]
+    assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
+
+
 def test_bad_option_stops_before_training(trained, tmp_path):
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
                "--eva-window-size", 16, "--eva-chunk-size", 5, cwd=tmp_path, check=False)

@@ -448,6 +448,21 @@ def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():
         parse("translation", "transformer_eva_tiny", "--eva-kernel", "flash")
 
 
+def test_a_pinned_kernel_that_cannot_train_is_refused_when_training_begins():
+    """torch's fused CPU kernel evaluates a model with a trainable RPE but cannot train it: model.train() (which
+    fairseq's trainer calls before its first step) refuses it in one EVAOptionError; without the RPE it trains."""
+    d = make_dictionary()
+    model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", "--eva-kernel", "fused", dictionary=d)
+    model.eval()
+    with pytest.raises(EVAOptionError, match=r"--eva-kernel fused cannot train this model \(torch's fused CPU kernel gives "
+                                              r"no gradient to a trainable relative position bias.*train with one of auto, "):
+        model.train()
+    frozen = build(TransformerEVAModel, "translation", "transformer_eva_tiny", "--eva-kernel", "fused", "--eva-rpe",
+                   "false", "--attention-dropout", "0", dictionary=d)
+    frozen.train()
+    assert frozen.training
+
+
 def test_eva_compile_reaches_every_eva_self_attention():
     """--eva-compile (hydra: model.eva_compile) sets each EVA self-attention's compile mode; the default is none
     (eager); an unknown mode is refused by argparse."""

@@ -6,7 +6,7 @@ from argparse import Namespace
 import torch
 from omegaconf import OmegaConf
 
-from ..errors import FP16Error
+from ..errors import FP16Error, under_hydra
 from ..fairseq_fixes.distributed import check_launch
 from ..modules.options import EVA_LAYER, EVAOptionError, attention_kind, check_model_keys, option_name, validate_eva_args
 
@@ -67,6 +67,43 @@ def check_kernel_runs_here(args, hydra=False):
     option = option_name("eva_kernel", hydra)
     raise EVAOptionError(f"{option} {name} cannot run on this machine ({reason}): use one of {usable} "
                          f"(a model trained with it: --model-overrides \"{{'eva_kernel': 'auto'}}\")")
+
+
+class PinnedKernelTrains:
+    """Model mix-in: a kernel pinned by --eva-kernel that can evaluate the model but not train it (torch's fused
+    CPU kernel gives no gradient to the trainable relative position bias and takes no dropout) is refused when
+    training begins, before the first batch: fairseq's trainer calls model.train() ahead of its step, where a
+    failure would leave a crash.pt. Evaluating with it (fairseq-generate, eval-lm) stays allowed."""
+
+    def train(self, mode=True):
+        if mode and not getattr(self, "_pinned_kernels_checked", False):
+            check_kernel_trains(self)
+            self._pinned_kernels_checked = True
+        return super().train(mode)
+
+
+def check_kernel_trains(model):
+    """Raise EVAOptionError when an EVA layer's pinned kernel cannot compute a training call of that layer."""
+    from ..attention.eva import EVAAttention
+    from ..attention.kernels import KERNELS
+
+    for layer in model.modules():
+        if not isinstance(layer, EVAAttention) or layer.kernel == "auto":
+            continue
+        weight = layer.q_proj.weight
+        q = torch.empty(0, device=weight.device, dtype=weight.dtype)
+        call = dict(needs_grad=True, dropout=layer.dropout.p, bias_grad=layer.rpe is not None and any(
+            p.requires_grad for p in layer.rpe.parameters()))
+        with warnings.catch_warnings():  # the C loop's warning that auto runs another kernel: not the case here
+            warnings.simplefilter("ignore")
+            reason = KERNELS[layer.kernel].refusal(q, **call)
+            if reason is None:
+                continue
+            usable = ", ".join(["auto"] + [k for k in KERNELS if k != layer.kernel and KERNELS[k].refusal(q, **call) is None])
+        option = option_name("eva_kernel", under_hydra())
+        raise EVAOptionError(f"{option} {layer.kernel} cannot train this model ({reason}): train with one of {usable} "
+                             f"(it can still evaluate the trained model: --model-overrides \"{{'eva_kernel': "
+                             f"'{layer.kernel}'}}\")")
 
 
 class HalfNeedsCUDA:

@@ -15,11 +15,11 @@ from fairseq.utils import safe_getattr, safe_hasattr
 
 from ..modules import EVATransformerEncoder, add_masked_lm_args
 from ..modules.options import ENCODER, common_defaults
-from ._util import HalfNeedsCUDA, prepare_args
+from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
 
 
 @register_model("roberta_eva")
-class RobertaEVAModel(HalfNeedsCUDA, RobertaModel):
+class RobertaEVAModel(HalfNeedsCUDA, PinnedKernelTrains, RobertaModel):
     """fairseq's RobertaModel whose encoder self-attention is EVA."""
 
     @classmethod

@@ -18,11 +18,11 @@ from fairseq.utils import safe_getattr
 
 from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args
 from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
-from ._util import HalfNeedsCUDA, prepare_args
+from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
 
 
 @register_model("transformer_eva")
-class TransformerEVAModel(HalfNeedsCUDA, TransformerModel):
+class TransformerEVAModel(HalfNeedsCUDA, PinnedKernelTrains, TransformerModel):
     """fairseq's TransformerModel whose encoder (and optionally decoder) self-attention is EVA."""
 
     @classmethod

@@ -27,11 +27,11 @@ from fairseq.utils import safe_getattr
 
 from ..modules import EVALanguageModelDecoder, add_lm_args
 from ..modules.options import LM, common_defaults
-from ._util import HalfNeedsCUDA, prepare_args
+from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
 
 
 @register_model("transformer_lm_eva")
-class TransformerLanguageModelEVA(HalfNeedsCUDA, TransformerLanguageModel):
+class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, TransformerLanguageModel):
     """fairseq's TransformerLanguageModel whose decoder self-attention is causal EVA.
 
     A legacy (argparse) model, so that the EVA options are command-line options with architecture
