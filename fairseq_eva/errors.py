@@ -43,7 +43,9 @@ def program():
 
 def report_user_errors():
     """Make an uncaught UserError print as one line, `PROG: error: MESSAGE`, as argparse's errors do
-    (fairseq's tools meet these long after parsing the command line); other exceptions are unchanged."""
+    (fairseq's tools meet these long after parsing the command line), and Ctrl-C outside a training step (in
+    fairseq-generate, eval-lm, interactive, or while data loads) print `PROG: interrupted` instead of a
+    traceback (Python still ends the process by SIGINT: exit status 130); other exceptions are unchanged."""
     previous = sys.excepthook
     if getattr(previous, "reports_user_errors", False):
         return
@@ -51,6 +53,8 @@ def report_user_errors():
     def hook(kind, error, traceback):
         if issubclass(kind, UserError):
             print(f"{program()}: error: {error}", file=sys.stderr)
+        elif issubclass(kind, KeyboardInterrupt):
+            print(f"{program()}: interrupted", file=sys.stderr)
         else:
             previous(kind, error, traceback)
 

@@ -5,7 +5,8 @@ KeyboardInterrupt traceback (84 lines from deep inside a training step) and says
 Here the checkpoints that the run loads and saves are followed, and an interrupt ends with one line, e.g.
 `fairseq-train: interrupted at update 57; ckpt/checkpoint_last.pt holds update 50: the same command resumes from it`,
 and exit status 130 (as for SIGINT). Ctrl-C during a checkpoint save takes effect when the save has ended. An
-interrupt before training starts (while the data loads) is left to Python, as in any other tool.
+interrupt before training starts (while the data loads), or in another tool, ends in `PROG: interrupted`
+(fairseq_eva/errors.py).
 """
 
 import contextlib
