@@ -355,3 +355,40 @@ def test_quick_smoke_run_through_its_script(tmp_path):
 def test_cuda_correctness():
     rows = correctness_rows(torch.device("cuda"), tuple(gpu_check.BOUNDS), 400)
     assert all(r["status"] != "FAIL" for r in rows), [r for r in rows if r["status"] == "FAIL"]
+
+
+def test_docs_and_makefile_say_what_the_code_runs():
+    """docs/gpu_check.md's budget tables are BUDGETS and QUICK_BUDGETS; its split commands run every part once,
+    each with its parts' budgets added up, in the minutes the page says; the page, the Makefile and the module
+    say the same length of the whole check and of the quick profile."""
+    with open(os.path.join(ROOT, "docs", "gpu_check.md")) as f:
+        page = f.read()
+    full_section = page.split("## What it runs")[1].split("## The quick profile")[0]
+    quick_section = page.split("## The quick profile")[1].split("## What it writes")[0]
+    full = {m[0]: int(m[1]) for m in re.findall(r"^\| `(\w+)` \|.* \| (\d+) \|$", full_section, re.M)}
+    assert full == gpu_check.BUDGETS
+    quick = {m[0]: int(m[1]) for m in re.findall(r"^\| `(\w+)` \| [^|]+ \| (\d+) \|", quick_section, re.M)}
+    assert quick == gpu_check.QUICK_BUDGETS
+    start_up = gpu_check.QUICK_OUTSIDE["start-up"]
+    whole = round((sum(gpu_check.BUDGETS.values()) + start_up) / 60)
+    assert f"about {whole} minutes" in page and f"({sum(gpu_check.BUDGETS.values())} s of budgets" in page
+    assert f"`--budget` {sum(gpu_check.QUICK_BUDGETS.values())}" in page
+
+    commands = re.findall(r"^python -m benchmarks.gpu_check .*--parts ([\w ]+?) --budget (\d+)$", full_section, re.M)
+    parts = [p for names, _ in commands for p in names.split()]
+    assert sorted(parts) == sorted(gpu_check.PARTS)
+    budgets = [int(b) for _, b in commands]
+    assert budgets == [sum(gpu_check.BUDGETS[p] for p in names.split()) for names, _ in commands]
+    minutes = [math.ceil((b + start_up) / 60) for b in budgets]
+    words = {2: "Two", 3: "Three", 4: "Four"}[len(commands)]
+    said = ", ".join(map(str, minutes[:-1])) + f" and\n{minutes[-1]} minutes"
+    assert f"{words} commands that fit {said}".replace("\n", " ") in page.replace("\n", " ")
+    assert f"budgets, {', '.join(map(str, budgets[:-1]))} and {budgets[-1]} s," in page.replace("\n", " ")
+
+    quick_minutes = gpu_check.QUICK_CALL // 60
+    assert f"one {quick_minutes}-minute job" in page
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        makefile = f.read()
+    assert f"about {whole} minutes" in makefile and f"within {quick_minutes} minutes" in makefile
+    assert re.search(rf"about {whole} minutes in all", gpu_check.__doc__.replace("\n", " "))
+    assert f"one {quick_minutes}-minute job" in gpu_check.__doc__
