@@ -7,17 +7,15 @@ Every mechanism is a module with `forward(x)` (B x N x embed_dim, projections in
   chunks, the paper's "Local" baseline (docs/design.md, "Special cases"), so they share the code.
 - softmax: exact attention written out (N x N scores, softmax, weighted sum), as a plain implementation.
 - sdpa: exact attention by torch.nn.functional.scaled_dot_product_attention (a fused kernel).
-- performer: Performer / RFA with positive orthogonal random features (FAVOR+, Choromanski et al. 2021),
-  bidirectional, linear in N.
+- performer: Performer with positive orthogonal random features (FAVOR+, Choromanski et al. 2021),
+  bidirectional, linear in N: the registry's `performer` (fairseq_eva/attention/linear/), as a model uses it.
 """
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fairseq_eva.attention import EVAAttention
+from fairseq_eva.attention import EVAAttention, registry
 
 
 class ProjectedAttention(nn.Module):
@@ -52,46 +50,19 @@ def sdpa_attention(q, k, v, causal=False):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def orthogonal_gaussian(num_features, dim, generator=None):
-    """num_features x dim rows, orthogonal within each block of dim rows, with chi(dim) lengths: the
-    marginals of Gaussian rows with lower variance (Performer's orthogonal random features)."""
-    blocks = []
-    for _ in range(math.ceil(num_features / dim)):
-        orthonormal, _ = torch.linalg.qr(torch.randn(dim, dim, generator=generator))
-        blocks.append(orthonormal.T)
-    lengths = torch.randn(num_features, dim, generator=generator).norm(dim=1)
-    return torch.cat(blocks)[:num_features] * lengths[:, None]
+class RegistryLayer(nn.Module):
+    """An attention of fairseq_eva's registry (its own layer and projections), with `attention(q, k, v)` too."""
 
-
-class PerformerAttention(nn.Module):
-    """FAVOR+: exp(q.k / sqrt(d)) ~ phi(q).phi(k) with phi(x) = exp(w.x - |x|^2 / 2) / sqrt(m), x scaled
-    by d^(-1/4), w the rows of `projection`; the output is phi(q) (phi(k)^T v) / phi(q) (phi(k)^T 1)."""
-
-    def __init__(self, head_dim, num_features, seed=0, eps=1e-6):
+    def __init__(self, name, embed_dim, num_heads, **options):
         super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.register_buffer("projection", orthogonal_gaussian(num_features, head_dim, generator))
-        self.eps = eps
+        self.layer = registry.build(name, embed_dim, num_heads, **options)
 
-    def features(self, x, is_query):
-        x = x * x.size(-1) ** -0.25
-        logits = x @ self.projection.to(x.dtype).T - x.square().sum(-1, keepdim=True) / 2  # B x H x N x m
-        # a constant shift per query row, or one for all keys, cancels in the ratio: it only keeps exp finite
-        shift = logits.amax(-1, keepdim=True) if is_query else logits.amax(dim=(-2, -1), keepdim=True)
-        return (torch.exp(logits - shift.detach()) + self.eps) / math.sqrt(self.projection.size(0))
+    def forward(self, x):
+        return self.layer(x)
 
-    def forward(self, q, k, v):
-        phi_q, phi_k = self.features(q, True), self.features(k, False)
-        numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)  # B x H x N x d
-        denominator = phi_q @ phi_k.sum(-2).unsqueeze(-1)  # B x H x N x 1
-        return numerator / denominator
-
-
-class PerformerLayer(ProjectedAttention):
-    def __init__(self, embed_dim, num_heads, num_features, seed=0):
-        super().__init__(embed_dim, num_heads, None)
-        self.performer = PerformerAttention(embed_dim // num_heads, num_features, seed)
-        self.attend = self.performer
+    def attention(self, q, k, v):
+        x = q.transpose(1, 2).flatten(2)  # the layer's input stands in for gates a mechanism may compute from it
+        return self.layer.attend(x, q, k, v, None)
 
 
 def eva(embed_dim, num_heads, window=256, chunks=128, use_rpe=False, **options):
@@ -121,6 +92,6 @@ MECHANISMS = {
     "softmax": (lambda D, H: ProjectedAttention(D, H, softmax_attention), False),
     "sdpa": (lambda D, H: ProjectedAttention(D, H, sdpa_attention), False),
     "sdpa-causal": (lambda D, H: ProjectedAttention(D, H, lambda q, k, v: sdpa_attention(q, k, v, True)), True),
-    "performer-128": (lambda D, H: PerformerLayer(D, H, 128), False),
-    "performer-256": (lambda D, H: PerformerLayer(D, H, 256), False),
+    "performer-128": (lambda D, H: RegistryLayer("performer", D, H, num_features=128), False),
+    "performer-256": (lambda D, H: RegistryLayer("performer", D, H, num_features=256), False),
 }
