@@ -57,11 +57,280 @@ def mechanisms_speed(setting, lengths):
     return render
 
 
+# --- GPU records: every table and figure says the commit it measured ---------------------------------------------
+
+GPU_RECORDS = ("triton_check", "correctness_all_kernels", "correctness_triton", "profile_after_seed_fix",
+               "clean_exit_and_profile", "before_triton")
+
+
+def measured_at(record):
+    """One line naming what a GPU record measured: its commit, device and date (meta.json), and that the layer has
+    changed since without a GPU run."""
+    meta = load("gpu", record, "meta.json")
+    commit = meta["commit"].split()[0]
+    at = "at an unrecorded commit" if commit in ("unknown", "not") else f"at commit {commit}"
+    return (f"Measured {at} on an NVIDIA H200 ({meta['date']}; record `benchmarks/results/gpu/{record}/`); the layer "
+            "has changed since, and the code as it is now has not run on a GPU.")
+
+
+def gpu_note(record):
+    return lambda: measured_at(record)
+
+
+def gpu_json(record, name):
+    return load("gpu", record, name)
+
+
+def gpu_speed_tokens():
+    """Layer milliseconds at 65,536 tokens a call, from the Triton check's two speed_tokens runs."""
+    rows = [r for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
+            for r in gpu_json("triton_check", name)["speed_tokens"]["rows"] if "layer_s" in r]
+    layers = ["sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout", "projections"]
+    heads = ["sdpa", "eva", "eva+rpe+dropout", "sdpa causal", "eva causal", "eva causal+rpe+dropout", "projections"]
+    cells = {(r["N"], r["mechanism"]): r for r in rows}
+    lines = ["| N x batch | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for n, batch in sorted({(r["N"], r["batch"]) for r in rows}):
+        values = [f"{cells[n, m]['layer_s'] * 1000:.2f}" if (n, m) in cells else "-" for m in layers]
+        lines.append(f"| {n} x {batch} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n\n" + measured_at("triton_check")
+
+
+PROFILE_ORDER = ["eva", "eva+rpe", "eva+dropout", "eva+rpe+dropout", "eva-causal", "eva-causal+rpe",
+                 "eva-causal+dropout", "eva-causal+rpe+dropout"]
+
+
+def gpu_profile():
+    rows = {r["mechanism"]: r for r in gpu_json("profile_after_seed_fix", "gpu_check.json")["profile"]["rows"]
+            if "wall_ms" in r}
+    lines = ["| layer | ms a call | host ms | GPU ms | bound by |", "|---|---|---|---|---|"]
+    for name in (n for n in PROFILE_ORDER if n in rows):
+        r = rows[name]
+        lines.append(f"| {name.replace('+', ' + ')} | {r['wall_ms']:.2f} | {r['host_ms']:.2f} | {r['gpu_ms']:.2f} "
+                     f"| {r['bound']} |")
+    return "\n".join(lines) + "\n\n" + measured_at("profile_after_seed_fix")
+
+
+def paper_config_runs():
+    """{config: [words/s of each run]} of the Triton check's paper_configs parts."""
+    runs = {}
+    for name in ("speed_batch1_paper_configs_clean_exit.json", "paper_configs_mlm.json",
+                 "speed_tokens_long_paper_configs_wmt.json"):
+        for r in gpu_json("triton_check", name)["paper_configs"]["rows"]:
+            if r.get("words_per_second"):
+                runs.setdefault(r["run"], []).append(r["words_per_second"])
+    return runs
+
+
+PAPER_PAIRS = [("wikitext103_eva_16l", "wikitext103_softmax_16l"), ("wmt14_en_de_eva16", "wmt14_en_de_softmax"),
+               ("mlm_eva_4096", "mlm_softmax_4096")]
+
+
+def paper_config_ratios():
+    runs = paper_config_runs()
+    return {eva: sorted(e / s for e in runs[eva] for s in runs[softmax]) for eva, softmax in PAPER_PAIRS}
+
+
+def ratio_span(ratios):
+    low, high = f"{ratios[0]:.2f}", f"{ratios[-1]:.2f}"
+    return f"{low}x" if low == high else f"{low}-{high}x"
+
+
+def gpu_paper_configs():
+    runs, ratios = paper_config_runs(), paper_config_ratios()
+    lines = ["| config (60 updates each, on the bundled sample) | EVA words/s | softmax words/s | EVA / softmax |",
+             "|---|---|---|---|"]
+    for eva, softmax in PAPER_PAIRS:
+        sm = " and ".join(f"{w:,.0f}" for w in runs[softmax]) + (" (two runs)" if len(runs[softmax]) == 2 else "")
+        lines.append(f"| {eva} vs {softmax} | {runs[eva][0]:,.0f} | {sm} | {ratio_span(ratios[eva])} |")
+    return "\n".join(lines) + "\n\n" + measured_at("triton_check")
+
+
+def correctness_rows(record):
+    return gpu_json(record, "gpu_check.json")["correctness"]["rows"]
+
+
+def gpu_correctness():
+    """Largest relative errors of each kernel against the float64 reference, by precision, with the bounds."""
+    rows = correctness_rows("correctness_all_kernels")
+
+    def largest(kernel, precisions, key, dropout=False):
+        xs = [r[key] for r in rows if r["kernel"] == kernel and r["precision"] in precisions
+              and ("dropout" in r["check"]) == dropout and r[key] == r[key]]  # NaN: not measured
+        return max(xs)
+
+    def dropout_cell(kernel, what):
+        found = {r["check"].split(",")[0]: r["output_error"] for r in rows
+                 if r["kernel"] == kernel and what in r["check"]}
+        return found
+
+    def error(x):
+        return "0" if x == 0 else f"{x:.2e}"
+
+    def bounds(test):
+        found = sorted({f"{r['bound']:.0e}" for r in rows if test(r)})
+        return " or ".join(found)
+
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    lines = ["| kernel | float32: output / gradient | float16 | bfloat16 | dropout, same seed: bidirectional, causal "
+             "| dropout, mean of 400 draws: bidirectional, causal |", "|---|---|---|---|---|---|"]
+    for k in kernels:
+        cells = []
+        for precisions in (("float32",), ("float16", "autocast-float16"), ("bfloat16", "autocast-bfloat16")):
+            cells.append(f"{largest(k, precisions, 'output_error'):.2e} / {largest(k, precisions, 'gradient_error'):.2e}")
+        for what in ("same seed", "mean of 400"):
+            found = dropout_cell(k, what)
+            cells.append(f"{error(found['bidirectional'])}, {error(found['causal'])}")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("| bound | " + " | ".join(
+        [bounds(lambda r, p=p: r["precision"] in p and "dropout" not in r["check"])
+         for p in (("float32",), ("float16", "autocast-float16"), ("bfloat16", "autocast-bfloat16"))]
+        + [bounds(lambda r, w=w: w in r["check"]) for w in ("same seed", "mean of 400")]) + " |")
+    passed = sum(r["status"] == "ok" for r in rows)
+    latest = correctness_rows("correctness_triton")
+    latest_ok = sum(r["status"] == "ok" for r in latest if r["status"] != "skipped")
+    latest_run = sum(r["status"] != "skipped" for r in latest)
+    return ("\n".join(lines) + f"\n\n{passed} of {len(rows)} rows pass. " + measured_at("correctness_all_kernels")
+            + f"\nThe latest check ran the Triton kernel's {latest_run} rows and {latest_ok} passed. "
+            + measured_at("correctness_triton"))
+
+
+# --- learning records ---------------------------------------------------------------------------------------------
+
+def curve(*path):
+    with open(os.path.join(RESULTS, *path, "curve.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def cost_an_update(*path):
+    last = curve(*path)[-1]
+    return last["cpu_s"] / last["updates"]
+
+
+def mlm_h200():
+    """valid_small perplexity at equal updates (the curve files, rounded once) and test, as benchmarks.mlm_table reads them."""
+    from benchmarks import mlm_table
+
+    updates = (3000, 4750, 6250, 8750)
+    rows = [("exact, seed 2", [("mlm_h200_eva_exact", "mlm-exact-seed2")]),
+            ("EVA (32, 16)", [("mlm_h200_eva_exact", "mlm-eva-32-16"), ("mlm_h200_eva_exact", "mlm-eva-32-16-seed2")]),
+            ("local (32)", [("mlm_h200_local", "mlm-local-32"), ("mlm_h200_local", "mlm-local-32-seed2")])]
+    head = [f"{updates[0]:,} updates", *(f"{u:,}" for u in updates[1:])]
+    lines = ["| row | " + " | ".join(head) + " | test (masked tokens) |", "|---" * 6 + "|"]
+    for label, runs in rows:
+        curves = [mlm_table.from_curve(*run) for run in runs]
+        cells = [", ".join(f"{c[u]:.2f}" for c in curves) for u in updates]
+        tests = ", ".join(f"{load(*run, 'test_ppl.json')['test']:.2f}" for run in runs)
+        at = ", ".join(f"{curve(*run)[-1]['updates']:,}" for run in runs)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {tests} at {at} updates |")
+    warm = mlm_table.from_progress(os.path.join(RESULTS, "mlm_h200_warmup1000", "progress_exact_6.5.log"))
+    cells = [f"{warm[u]:.1f}" if u in warm else "" for u in updates]
+    lines.append("| exact, seed 1, warm-up 1000 (the progress log: one decimal) | " + " | ".join(cells) + " | "
+                 + exact_warmup1000_test() + " |")
+    return "\n".join(lines)
+
+
+def exact_warmup1000_test():
+    """The warm-up 1000 exact row's test perplexity and updates, from its report."""
+    with open(os.path.join(RESULTS, "mlm_h200_warmup1000", "results_exact.md")) as f:
+        row = next(line for line in f if line.startswith("| exact | 1 |"))
+    cells = [c.strip() for c in row.strip("|\n").split("|")]
+    return f"{float(cells[6]):.2f} at {int(cells[3]):,} updates"
+
+
+def chunks_of_4():
+    """CPU time an update of chunks of 4 against chunks of 8 (and local), at equal updates up to the shorter run's
+    end and over each whole run."""
+    record = "causal_lm_chunks_of_4"
+    c8 = {r["updates"]: r["cpu_s"] for r in curve(record, "eva")}
+    lines = ["| row | updates | CPU s | CPU s an update | against chunks of 8: whole run, at equal updates |",
+             "|---|---|---|---|---|"]
+    for row, label in (("eva-128-4", "chunks of 4, seed 1"), ("eva-128-4-seed2", "chunks of 4, seed 2"),
+                       ("eva", "chunks of 8"), ("local", "local")):
+        points = curve(record, row)
+        last = points[-1]
+        whole = cost_an_update(record, row) / cost_an_update(record, "eva")
+        equal = [r["cpu_s"] / c8[r["updates"]] for r in points if r["updates"] in c8 and r["updates"] >= 1000]
+        compare = f"{whole:.2f}x, {min(equal):.2f}-{max(equal):.2f}x" if row != "eva" else "-"
+        lines.append(f"| {label} | {last['updates']:,} | {last['cpu_s']:.0f} | {last['cpu_s'] / last['updates']:.3f} "
+                     f"| {compare} |")
+    return "\n".join(lines)
+
+
+def learning_summary():
+    """README's table: test perplexity of exact, EVA and local in the three settings, EVA's share of local's gap and
+    its cost an update, each from its record."""
+    import math
+
+    from benchmarks import lm_tables
+
+    def fmt(xs):
+        return ", ".join(f"{x:.2f}" for x in xs)
+
+    lines = ["| setting | exact | EVA (seeds) | local (seeds) | EVA's share | EVA's cost an update |",
+             "|---|---|---|---|---|---|"]
+    # causal LM, 2,000 pieces: test at context 256 after 180 CPU minutes
+    tests = {name: lm_tables.test_at(d, 180)["256"] for name, d in lm_tables.ROWS.items()}
+    cells = lm_tables.comparison(tests)
+    costs = [cost_an_update("causal_lm_v2k_180min", e) / cost_an_update("causal_lm_v2k_180min", lo)
+             for e, lo in (("eva", "local"), ("eva-seed2", "local-seed2"))]
+    group = lm_tables.seeds
+    lines.append(f"| causal LM, 2,000 pieces, 180 CPU minutes, context 256 | {fmt(group(tests, 'exact'))} "
+                 f"| {fmt(group(tests, 'EVA'))} | {fmt(group(tests, 'local'))} | {cells[4]} ({cells[5]} over the seeds) "
+                 f"| {ratio_span(sorted(costs))} local's (two seeds) |")
+    # masked LM on an H200: test after the same wall-clock budget
+    runs = {"exact": [("mlm_h200_eva_exact", "mlm-exact-seed2")],
+            "eva": [("mlm_h200_eva_exact", "mlm-eva-32-16"), ("mlm_h200_eva_exact", "mlm-eva-32-16-seed2")],
+            "local": [("mlm_h200_local", "mlm-local-32"), ("mlm_h200_local", "mlm-local-32-seed2")]}
+    test = {row: [load(*run, "test_ppl.json")["test"] for run in rs] for row, rs in runs.items()}
+    mean = {row: sum(xs) / len(xs) for row, xs in test.items()}
+    tokens = ", ".join(f"{curve(*run)[-1]['updates'] * 128 * 512 / 1e6:.0f}M" for run in runs["eva"])
+    costs = [cost_an_update(*e) / cost_an_update(*lo) for e, lo in zip(runs["eva"], runs["local"])]
+    lines.append(f"| masked LM on an H200, 128 blocks of 512 an update (EVA: {tokens} tokens) | {fmt(test['exact'])} "
+                 f"(seed 2) | {fmt(test['eva'])} | {fmt(test['local'])} "
+                 f"| {100 * lm_tables.share(mean['exact'], mean['eva'], mean['local']):.0f}% "
+                 f"| {ratio_span(sorted(costs))} local's (two seeds) |")
+    # recall: perplexity on the repeated part, share in log perplexity
+    recall = {"exact": [("recall_10000_updates", "exact")],
+              "eva": [("recall_10000_updates", "eva4"), ("recall_by_chunk_size", "eva4-seed2")],
+              "local": [("recall_7000_updates", "local")]}
+    b = {row: [load(*run, "recall.json")["repeated"] for run in rs] for row, rs in recall.items()}
+    shares = [lm_tables.share(math.log(b["exact"][0]), math.log(e), math.log(b["local"][0])) for e in b["eva"]]
+    costs = [cost_an_update(*e) / cost_an_update(*recall["local"][0]) for e in recall["eva"]]
+    lines.append(f"| recall of a span beyond the window (perplexity on it), "
+                 f"{curve(*recall['eva'][0])[-1]['updates']:,} updates (local: "
+                 f"{curve(*recall['local'][0])[-1]['updates']:,}), chunks of 4 | {fmt(b['exact'])} "
+                 f"| {fmt(b['eva'])} | {fmt(b['local'])} | {', '.join(f'{100 * s:.0f}%' for s in shares)} "
+                 f"in log perplexity | {', '.join(f'{c:.2f}x' for c in costs)} local's (seed 1, seed 2) |")
+    return "\n".join(lines)
+
+
+# --- operation counts -----------------------------------------------------------------------------------------------
+
+def op_count():
+    """The op_count record's table (benchmarks/results/op_count/), and the commit it counted."""
+    meta = load("op_count", "meta.json")
+    with open(os.path.join(RESULTS, "op_count", "op_count.md")) as f:
+        rows = [line.split("|")[1:4] for line in f if line.startswith("| ") and not line.startswith("| layer")]
+    lines = ["| layer, one forward + backward | operations | new tensors |", "|---|---|---|"]
+    lines += [f"| {name.strip()} | {ops.strip()} | {new.strip()} |" for name, ops, new in rows]
+    return "\n".join(lines) + (f"\n\nCounted at commit {meta['commit']} ({meta['date']}; {meta['device']}; record "
+                                "`benchmarks/results/op_count/`).")
+
+
 TABLES = {
     "approximation-equal-cost-model": approximation_equal_cost("model"),
     "approximation-equal-cost-random": approximation_equal_cost("random"),
     "mechanisms-speed-paper": mechanisms_speed("paper", (1024, 4096, 16384)),
     "mechanisms-speed-equal-cost": mechanisms_speed("equal-cost", (1024, 4096, 16384)),
+    "gpu-correctness": gpu_correctness,
+    "gpu-speed-tokens": gpu_speed_tokens,
+    "gpu-profile": gpu_profile,
+    "gpu-paper-configs": gpu_paper_configs,
+    "mlm-h200": mlm_h200,
+    "causal-lm-chunks-of-4": chunks_of_4,
+    "learning-summary": learning_summary,
+    "op-count": op_count,
+    **{f"gpu-measured-{record}": gpu_note(record) for record in GPU_RECORDS},
 }
 
 
