@@ -660,3 +660,86 @@ def test_chunk_values_backward_is_autograds():
     logits = ((k * omega.unsqueeze(3)).sum(-1) - 0.5 * k.square().sum(-1)) * 0.4
     expected = (torch.softmax(logits, -1).unsqueeze(-1) * v).sum(3)
     torch.testing.assert_close(ChunkValues.apply(omega, k, v, 0.4), expected, atol=1e-12, rtol=0)
+
+
+def _hand_summaries(mod, x, size, mean_factor, eps=None):
+    """k~ and beta (H x C x d) of one all-real sequence x by hand in float64: chunk means by loops, sigma as
+    Linear then LayerNorm written out, mu = mean_factor (sigma_q + sigma_k), omega = mu (+ eps in training)."""
+    q, k, v = (t[0] for t in qkv(mod, x[None]))  # H x L x d
+    L, d = x.size(0), mod.head_dim
+
+    def sigma(proj, z):
+        linear, norm = proj[0], proj[1]
+        z = z @ linear.weight.T + linear.bias
+        z = (z - z.mean(-1, keepdim=True)) / torch.sqrt(z.var(-1, unbiased=False, keepdim=True) + norm.eps)
+        return z * norm.weight + norm.bias
+
+    k_sums, betas = [], []
+    for c, a in enumerate(range(0, L, size)):
+        P = list(range(a, min(a + size, L)))
+        q_mean = sum(q[:, m] for m in P) / len(P)
+        k_mean = sum(k[:, m] for m in P) / len(P)
+        k_sum = sigma(mod.chunks.sigma_k, k_mean)
+        omega = mean_factor * (sigma(mod.chunks.sigma_q, q_mean) + k_sum)
+        if eps is not None:
+            omega = omega + eps[:, c]
+        logits = torch.stack([((omega * k[:, m]).sum(-1) - 0.5 * k[:, m].pow(2).sum(-1)) / math.sqrt(d) for m in P], -1)
+        p = torch.softmax(logits, -1)
+        betas.append(sum(p[:, i, None] * v[:, m] for i, m in enumerate(P)))
+        k_sums.append(k_sum)
+    return torch.stack(k_sums, 1), torch.stack(betas, 1)
+
+
+@pytest.mark.parametrize("options, size", [(dict(window_size=4, num_chunks=3), 7), (dict(window_size=4, chunk_size=4), 4),
+                                           (dict(causal=True, window_size=4, chunk_size=2), 2)], ids=str)
+def test_proposal_mean_average_halves_mu_and_not_the_noise(options, size, monkeypatch):
+    """proposal_mean="average" (--eva-proposal-mean average, the authors' bidirectional code) takes mu_c = (sigma_q
+    + k~_c) / 2; the default "sum" is the paper's mu_c = sigma_q + k~_c. k~ (the summaries' keys) is the same in
+    both; in training the noise is added after halving. Against a float64 hand computation, on the PyTorch paths
+    (uniform chunks, and segmented ones: 19 tokens in chunks of 7, or padded rows)."""
+    x = inputs(1, 19 if size == 7 else 20)
+    default = make(**options)
+    assert default.chunks.proposal_mean == "sum"
+    average = make(proposal_mean="average", **options)  # the same parameters (make's seed)
+    q, k, v = qkv(average, x)
+    for mod, factor in ((default, 1.0), (average, 0.5)):
+        k_hand, beta_hand = _hand_summaries(mod, x[0], size, factor)
+        if options.get("num_chunks"):
+            lengths = torch.tensor([x.size(1)])
+            k_sum, beta, _ = mod._bidirectional_chunks(q, k, v, lengths)
+        else:
+            k_sum, beta = mod.chunks.uniform(q, k, v, size)
+        torch.testing.assert_close(k_sum[0], k_hand, **TOL)
+        torch.testing.assert_close(beta[0], beta_hand, **TOL)
+    assert (average.chunks.uniform(q[:, :, :4], k[:, :, :4], v[:, :, :4], 4)[1]
+            - default.chunks.uniform(q[:, :, :4], k[:, :, :4], v[:, :, :4], 4)[1]).abs().max() > 1e-3  # it matters
+    # training: omega = mu / 2 + eps, eps not halved
+    monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
+    average.train()
+    C = math.ceil(x.size(1) / size)
+    k_hand, beta_hand = _hand_summaries(average, x[0], size, 0.5, eps=fixed_noise((2, C, 8)))
+    if options.get("num_chunks"):
+        _, beta, _ = average._bidirectional_chunks(q, k, v, torch.tensor([x.size(1)]))
+    else:
+        _, beta = average.chunks.uniform(q, k, v, size)
+    torch.testing.assert_close(beta[0], beta_hand, **TOL)
+
+
+@pytest.mark.parametrize("options", [dict(window_size=4, num_chunks=3), dict(window_size=4, chunk_size=3, overlap=True),
+                                     dict(causal=True, window_size=4, chunk_size=2)], ids=str)
+def test_proposal_mean_average_layer_equals_reference(options, kernel):
+    """The whole layer with proposal_mean="average" equals the per-query definition with mu halved, on each
+    kernel, padded rows included (their chunks over each row's own tokens: the segmented path)."""
+    mod = make(proposal_mean="average", use_rpe=True, kernel=kernel, **options)
+    x = inputs(2, 13)
+    expected = torch.stack([reference_eva(mod, row) for row in x])
+    torch.testing.assert_close(mod(x), expected, **TOL)
+    if not mod.causal:
+        mask = real_mask([13, 9], 13, "left")
+        y = mod(x, key_padding_mask=mask)
+        torch.testing.assert_close(y[1, 4:], reference_eva(mod, x[1, 4:]), **TOL)
+
+
+def test_proposal_mean_is_checked():
+    with pytest.raises(ValueError, match="proposal_mean must be one of sum, average; got 'half'"):
+        EVAAttention(16, 2, num_chunks=2, proposal_mean="half")

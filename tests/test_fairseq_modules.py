@@ -403,6 +403,20 @@ def test_eva_omega_noise_reaches_every_eva_self_attention():
         parse("translation", "transformer_eva_tiny", "--eva-omega-noise", "maybe")
 
 
+def test_eva_proposal_mean_reaches_every_eva_self_attention():
+    """--eva-proposal-mean average (the authors' bidirectional code: mu halved) reaches every EVA layer with chunks,
+    encoder and decoder; the default is the paper's sum; another value is refused by argparse."""
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    for flag, expected in (([], "sum"), (["--eva-proposal-mean", "average"], "average")):
+        model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, *flag, dictionary=d)
+        layers = [m for m in model.modules() if isinstance(m, EVAAttention) and m.chunks is not None]
+        assert {m.causal for m in layers} == {False, True}
+        assert {m.chunks.proposal_mean for m in layers} == {expected}
+    with pytest.raises(SystemExit):
+        parse("translation", "transformer_eva_tiny", "--eva-proposal-mean", "half")
+
+
 @pytest.mark.parametrize("model_cls,task,arch", [(TransformerEVAModel, "translation", "transformer_eva_tiny"),
                                                 (RobertaEVAModel, "masked_lm", "roberta_eva_tiny")])
 def test_eva_chunk_logit_offset_reaches_every_eva_self_attention(model_cls, task, arch):

@@ -358,8 +358,9 @@ def test_programs_compile_for_sm90_and_sm80():
 
 @pytest.mark.parametrize(
     "options",
-    [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
-    ids=["bidirectional", "causal"],
+    [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True),
+     dict(window_size=4, num_chunks=3, overlap=True, proposal_mean="average")],
+    ids=["bidirectional", "causal", "bidirectional_average"],
 )
 @pytest.mark.parametrize("Lmax", [13, 16], ids=["padded_to_the_window", "whole_windows"])
 def test_the_layer_on_triton_matches_the_definition(options, Lmax, monkeypatch):

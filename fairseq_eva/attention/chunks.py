@@ -1,7 +1,8 @@
 """Chunk summaries of EVA: the key summary k~_c and the value summary beta_c of each chunk.
 
 For a chunk P_c (the paper's Eq. 11-13; docs/design.md, "What EVA computes"):
-    k~_c = sigma_k(mean of k over P_c),   mu_c = sigma_q(mean of q over P_c) + k~_c,
+    k~_c = sigma_k(mean of k over P_c),   mu_c = sigma_q(mean of q over P_c) + k~_c   (proposal_mean "sum"),
+                                          mu_c = (sigma_q(...) + k~_c) / 2           (proposal_mean "average"),
     omega_c = mu_c + eps (training) or mu_c (evaluation),
     beta_c = sum_{m in P_c} softmax_m((omega_c . k_m - |k_m|^2 / 2) / sqrt(d)) v_m,
 an importance-sampling estimate, with one sample omega_c, of the chunk's share of the softmax output.
@@ -14,6 +15,9 @@ import torch
 from torch import nn
 
 PROPOSALS = ("layernorm", "linear", "identity")
+# mu_c = sigma_q(q mean) + k~_c (the paper's Eq. 11-13, and the authors' causal code) or half of it (the authors'
+# bidirectional code); docs/design.md, "Where this differs from the paper and the authors' code"
+PROPOSAL_MEANS = ("sum", "average")
 
 
 def upcast(x):
@@ -91,16 +95,22 @@ def fused_summaries(module, q, k, v, chunk_size=0, segments=None):
 class ChunkSummaries(nn.Module):
     """Computes (k~, beta) for all chunks at once; sigma_q and sigma_k are shared by the heads."""
 
-    def __init__(self, head_dim, proposal="layernorm", omega_noise=True):
+    def __init__(self, head_dim, proposal="layernorm", omega_noise=True, proposal_mean="sum"):
         super().__init__()
+        if proposal_mean not in PROPOSAL_MEANS:
+            raise ValueError(f"proposal_mean must be one of {', '.join(PROPOSAL_MEANS)}; got {proposal_mean!r}")
         self.omega_noise = omega_noise  # False: omega = mu in training too (a diagnostic; the paper samples)
+        self.proposal_mean = proposal_mean  # "average": mu halved, before the noise (the authors' bidirectional code)
         self.sigma_q = proposal_projection(proposal, head_dim)
         self.sigma_k = proposal_projection(proposal, head_dim)
         self.scale = head_dim**-0.5
 
     def _proposal(self, q_mean, k_mean):
+        """(k~, omega) from the chunk means: every path (PyTorch, Triton, decoding) forms mu here."""
         k_summary = self.sigma_k(k_mean)
         omega = self.sigma_q(q_mean) + k_summary
+        if self.proposal_mean == "average":
+            omega = 0.5 * omega
         if self.training and self.omega_noise:
             omega = omega + torch.randn_like(omega)
         return k_summary, omega

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chunks import PROPOSALS, ChunkSummaries, segments
+from .chunks import PROPOSAL_MEANS, PROPOSALS, ChunkSummaries, segments
 from .kernels import KERNELS, choose
 from .layout import BlockLayout, additive_mask, tensor_cache, visible_causal_chunks
 from .relative_position import RelativePositionBias, check_rpe
@@ -76,7 +76,7 @@ def _pad_positions(t, before, after):
 def check_options(
     embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
     use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
-    chunk_logit_offset=0.0, compile="none", name=lambda field: field,
+    chunk_logit_offset=0.0, compile="none", proposal_mean="sum", name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -95,6 +95,8 @@ def check_options(
     need(not (num_chunks and chunk_size), f"set {chunks[0]} ({num_chunks}) or {chunks[1]} ({chunk_size}), not both")
     need(0.0 <= dropout < 1.0, f"{name('dropout')} must be in [0, 1), got {dropout!r}")
     need(proposal in PROPOSALS, f"{name('proposal')} must be one of {', '.join(PROPOSALS)}; got {proposal!r}")
+    need(proposal_mean in PROPOSAL_MEANS,
+         f"{name('proposal_mean')} must be one of {', '.join(PROPOSAL_MEANS)}; got {proposal_mean!r}")
     need(isinstance(omega_noise, bool), f"{name('omega_noise')} must be true or false, got {omega_noise!r}")
     offset = name("chunk_logit_offset")
     need(isinstance(chunk_logit_offset, (int, float)) and math.isfinite(chunk_logit_offset),
@@ -135,6 +137,8 @@ class EVAAttention(nn.Module):
     together, so the relative position bias carries it exactly, as a constant -offset added to it: no kernel
     sees it, and every parameter gets the gradient it would get with the offset in the chunk logits.
     kernel: "auto" (the first kernel of kernels.AUTO_ORDER that takes the call), or a registered kernel's name.
+    proposal_mean: "sum" (the paper's mu_c = sigma_q(q mean) + k~_c) or "average" (half of it, as the authors'
+    bidirectional code; docs/design.md, "Where this differs from the paper and the authors' code").
     compile: "none" (eager), or torch.compile's mode ("default", "reduce-overhead") for `attention`, compiled with
     fullgraph=True; the projections stay eager.
     """
@@ -158,13 +162,14 @@ class EVAAttention(nn.Module):
         omega_noise=True,
         chunk_logit_offset=0.0,
         compile="none",
+        proposal_mean="sum",
     ):
         super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
             rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
-            chunk_logit_offset=chunk_logit_offset, compile=compile,
+            chunk_logit_offset=chunk_logit_offset, compile=compile, proposal_mean=proposal_mean,
         )
         self.kernel = kernel
         self.compile = compile
@@ -185,7 +190,9 @@ class EVAAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise) if (num_chunks or chunk_size) else None
+        self.chunks = None
+        if num_chunks or chunk_size:
+            self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise, proposal_mean)
         self.rpe = None
         if use_rpe and window_size > 0:
             self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance,

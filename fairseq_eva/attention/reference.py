@@ -52,6 +52,8 @@ def reference_eva(mod, x, noise=None, chunk_logit_offset=0.0):
     for c, P in enumerate(chunks):
         k_sum = mod.chunks.sigma_k(k[:, P].mean(1))  # H x d
         omega = mod.chunks.sigma_q(q[:, P].mean(1)) + k_sum
+        if mod.chunks.proposal_mean == "average":
+            omega = omega / 2
         if noise is not None:
             omega = omega + noise(c)
         log_w = ((k[:, P] * omega[:, None]).sum(-1) - 0.5 * k[:, P].pow(2).sum(-1)) * scale  # H x |P|

@@ -28,7 +28,7 @@ from typing import Callable
 from fairseq.utils import safe_getattr
 
 from ..attention import check_options, registry
-from ..attention.chunks import PROPOSALS
+from ..attention.chunks import PROPOSAL_MEANS, PROPOSALS
 from ..attention.eva import COMPILE_MODES
 from ..attention.kernels import KERNELS
 from ..errors import UserError
@@ -86,6 +86,9 @@ _COMMON = (
     ("--eva-proposal", dict(choices=list(PROPOSALS), metavar=_PROPOSAL_METAVAR, help=(
         "EVA: projection sigma of the chunk summaries that form the proposal: Linear + LayerNorm (the paper's, "
         "'layernorm'), Linear only, or the identity"))),
+    ("--eva-proposal-mean", dict(choices=list(PROPOSAL_MEANS), metavar="{" + ",".join(PROPOSAL_MEANS) + "}", help=(
+        "EVA: the proposal mean of a chunk, mu = sigma_q(q mean) + sigma_k(k mean) (sum, the paper's) or half of "
+        "it (average, as the authors' bidirectional code; their causal code sums)"))),
     ("--eva-omega-noise", dict(type=eva_bool, metavar="BOOL", help=(
         "EVA: in training, draw each chunk's proposal sample omega = mu + noise (true, the paper's) or take "
         "omega = mu as at evaluation (false, a diagnostic)"))),
@@ -195,6 +198,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
         args.eva_chunk_size = 0 if user_chunks else chunk_size
     args.eva_proposal = safe_getattr(args, "eva_proposal", "layernorm")
     args.eva_omega_noise = safe_getattr(args, "eva_omega_noise", True)
+    args.eva_proposal_mean = safe_getattr(args, "eva_proposal_mean", "sum")
     args.eva_chunk_logit_offset = safe_getattr(args, "eva_chunk_logit_offset", 0.0)
     args.eva_rpe = safe_getattr(args, "eva_rpe", True)
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
@@ -223,6 +227,7 @@ def _attributes(role):
         "chunk_size": prefix + "chunk_size",
         "proposal": "eva_proposal",
         "omega_noise": "eva_omega_noise",
+        "proposal_mean": "eva_proposal_mean",
         "chunk_logit_offset": "eva_chunk_logit_offset",
         "use_rpe": "eva_rpe",
         "rpe_num_buckets": "eva_rpe_num_buckets",
@@ -266,6 +271,7 @@ class EVAOptions:
     dropout: float
     kernel: str
     compile: str = "none"
+    proposal_mean: str = "sum"
 
     @classmethod
     def from_args(cls, args, role, hydra=False, chunks=True):
@@ -287,6 +293,8 @@ class EVAOptions:
                 value = "auto"
             elif field.name == "compile" and value is None:  # likewise
                 value = "none"
+            elif field.name == "proposal_mean" and value is None:  # likewise
+                value = "sum"
             elif field.name == "omega_noise" and value is None:  # likewise
                 value = True
             elif field.name == "chunk_logit_offset" and value is None:  # likewise
