@@ -44,7 +44,7 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
               (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal),
               logsize (--eva-chunk-logit-offset log(chunk size): each summary's logit as if it stood for
               its chunk's keys), average (--eva-proposal-mean average: mu halved, as the authors'
-              bidirectional code);
+              bidirectional code), noattdrop (--attention-dropout 0, as the authors' encoders);
   local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W;
   NAME        another attention of the registry that runs in the task's direction (docs/usage.md; lm: performer,
               rfa, elu, t2r; mlm: also lara, linformer, reformer, combiner, long_short), at equal cost to the
@@ -83,7 +83,7 @@ TASKS = ("lm", "mlm", "approx")
 # EVA variants (a row name's last part): diagnostics of whether EVA's definition costs it against local attention
 VARIANTS = {"nonoise": ["--eva-omega-noise", "false"], "linear": ["--eva-proposal", "linear"],
             "identity": ["--eva-proposal", "identity"], "logsize": ["--eva-chunk-logit-offset"],
-            "average": ["--eva-proposal-mean", "average"]}
+            "average": ["--eva-proposal-mean", "average"], "noattdrop": ["--attention-dropout", "0"]}
 ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?(?:-(%s))?"
                  % "|".join(VARIANTS))
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)

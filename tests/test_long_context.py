@@ -36,8 +36,8 @@ def test_help_names_the_tasks():
 
 @pytest.mark.parametrize("args, message", [
     (["--rows", "softmax,performr"], "--rows: unknown row 'performr'; lm rows: softmax, exact, "
-                                     "eva[-W-N][-nonoise|linear|identity|logsize|average], local[-W], performer[-V], "
-                                     "rfa[-V], elu, t2r[-V]\n"),
+                                     "eva[-W-N][-nonoise|linear|identity|logsize|average|noattdrop], local[-W], "
+                                     "performer[-V], rfa[-V], elu, t2r[-V]\n"),
     (["--rows", "eva-64"], "--rows: unknown row 'eva-64'"),
     (["--task", "mlm", "--rows", "softmax-2"], "--rows: unknown row 'softmax-2'; mlm rows: softmax, exact, "),
     (["--task", "mlm", "--rows", "lara,Lara"], "lara[-V], linformer[-V], reformer[-V], combiner[-V], long_short[-V]\n"),
@@ -95,6 +95,7 @@ def test_row_options_say_each_rows_attention():
     assert lc.row_options("mlm", "local", 4096)[3:6] == ["256", "--eva-num-chunks", "0"]
     assert lc.row_options("lm", "eva-nonoise", 512)[-2:] == ["--eva-omega-noise", "false"]
     assert lc.row_options("mlm", "eva-average", 512)[-2:] == ["--eva-proposal-mean", "average"]
+    assert lc.row_options("mlm", "eva-noattdrop", 512)[-2:] == ["--attention-dropout", "0"]
     assert lc.row_options("mlm", "eva-32-16-linear", 512)[3:] == ["32", "--eva-num-chunks", "16", "--eva-chunk-size", "0",
                                                                   "--eva-rpe", "true", "--eva-proposal", "linear"]
     assert lc.row_options("lm", "eva-logsize", 512)[-2:] == ["--eva-chunk-logit-offset", "2.0794"]  # log 8
