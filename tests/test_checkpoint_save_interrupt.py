@@ -81,6 +81,7 @@ def interrupt_everywhere(tmp_path, first=1):
             return
 
 
+@pytest.mark.slow
 def test_an_interrupt_anywhere_in_a_save_leaves_old_or_new_complete_checkpoints(tmp_path):
     *interrupted, (_, finished) = interrupt_everywhere(tmp_path)
     outcomes = [held for held, _ in interrupted]

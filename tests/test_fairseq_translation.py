@@ -187,6 +187,7 @@ NOISE = ("Please install tensorboardX", "version_base", "is no longer experiment
 BEFORE_THE_PLUGIN = ("Please install tensorboardX", "version_base", "ConfigStore schema")
 
 
+@pytest.mark.slow
 def test_training_prints_no_harmless_warnings(trained, tmp_path):
     """Warnings shown as a user sees them (Python's default filters); a softmax decoder, whose fairseq
     MultiheadAttention warns about its masks; a real error is still shown."""

@@ -98,6 +98,7 @@ def test_a_truncated_checkpoint_is_called_truncated(tmp_path, keep):
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
 
 
+@pytest.mark.slow
 def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
     data = lm_data(tmp_path_factory)
     marker = tmp_path / "pwned"

@@ -45,6 +45,7 @@ def test_exit_with_a_busy_prefetching_thread_is_clean():
     assert "took a batch" in proc.stdout and "terminate called" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="Python 3.14 hangs such threads at exit instead of ending them")
 def test_without_the_plugin_the_same_exit_aborts():
     """The failure the plugin removes, so that the test above can fail."""

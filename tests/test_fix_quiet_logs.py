@@ -40,6 +40,7 @@ logging.getLogger("fairseq_cli.train").info("an INFO line of the training loop")
 """
 
 
+@pytest.mark.slow
 def test_importing_the_plugin_prints_nothing_and_registers_everything():
     assert TENSORBOARDX in python("import fairseq")  # what fairseq prints without the plugin
     assert python("from fairseq_eva.attention import EVAAttention") == ""
@@ -67,6 +68,7 @@ model.translate("Open the file")
 """
 
 
+@pytest.mark.slow
 def test_training_and_the_hub_print_no_batch_iterator_lines(tmp_path_factory, tmp_path):
     data = translation_data(tmp_path_factory)
     proc = run("fairseq-train", data["bin"], "--user-dir", USER_DIR, "--cpu", "--task", "translation",

@@ -22,6 +22,7 @@ cli_main()
 """
 
 
+@pytest.mark.slow
 def test_wall_goes_on_after_a_resume_within_an_epoch(tmp_path, tmp_path_factory):
     data = translation_data(tmp_path_factory)["bin"]
     save = tmp_path / "checkpoints"

@@ -86,6 +86,7 @@ def test_the_cuda_form_equals_the_reference_kernel(layout, padded):
 
 @pytest.mark.parametrize("layout", [LAYOUTS["bidirectional, overlap"], LAYOUTS["causal, overlap"]],
                          ids=["bidirectional", "causal"])
+@pytest.mark.slow
 def test_the_cuda_form_takes_dropout_and_passes_gradcheck(layout):
     """Attention dropout on the joint probabilities: each call's mask replayed in its backward (gradcheck with
     the same masks in every call), and the mean over many masks is the output without dropout."""

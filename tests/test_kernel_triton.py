@@ -181,6 +181,7 @@ def test_dropout_forward_and_backward_replay_the_mask(name):
         check(got[name], expected[name], what=f"d {name}")
 
 
+@pytest.mark.slow
 def test_dropout_same_seed_same_output_and_tiling_does_not_change_it():
     """Key tiles of 8 draw Philox once per four keys, tiles of 2 once per key: the same mask, the same output."""
     layout, p = BlockLayout.bidirectional(8, True), 0.3
@@ -198,6 +199,7 @@ def test_dropout_same_seed_same_output_and_tiling_does_not_change_it():
         check(got4[name], got1[name], what=f"d {name}")
 
 
+@pytest.mark.slow
 def test_dropout_is_unbiased():
     """Over 64 rows with the same inputs (64 independent masks) the mean output is the output without dropout;
     with v = beta = 1 in the first feature, y_0 = sum of the kept, rescaled weights, whose mean is 1."""

@@ -235,6 +235,7 @@ def test_sigterm_stops_the_training_with_the_driver(tmp_path):
         os.kill(pid, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["preprocess", "eval_lm", "validate"])
 def test_fairseq_tools_run_without_their_console_scripts_on_path(name):
     """On a machine where fairseq was installed with `pip install --target`, its console scripts are not on PATH."""
@@ -243,6 +244,7 @@ def test_fairseq_tools_run_without_their_console_scripts_on_path(name):
     assert r.returncode == 0 and "usage:" in r.stdout
 
 
+@pytest.mark.slow
 def test_a_failed_fairseq_tool_is_named_in_the_error(tmp_path):
     with pytest.raises(SystemExit, match=r"-m fairseq_cli\.validate failed \(exit 1\)"):
         lc.run([*lc.fairseq_tool("validate"), str(tmp_path / "missing"), "--task", "masked_lm"], ENV,

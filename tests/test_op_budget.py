@@ -77,6 +77,7 @@ def padding(B, length):
     return mask
 
 
+@pytest.mark.slow
 def test_translation_attention_dispatches_within_budget():
     """The translation encoder's self-attention (windows of 8 with overlap, C = 8, RPE, dropout, pads) against
     fairseq's MultiheadAttention in the same setting. count() calls once before counting, as a model's layers

@@ -96,6 +96,7 @@ def test_wikitext103_scripts(tmp_path):
     assert "context" in out
 
 
+@pytest.mark.slow
 def test_mlm_scripts(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
