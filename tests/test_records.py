@@ -82,3 +82,58 @@ def test_the_tables_drawn_from_records_are_as_the_records_say(page):
 
     text = (REPO / page).read_text(encoding="utf-8")
     assert results_tables.render_page(text) == text, f"{page}: run make results"
+
+
+def index_rows():
+    """(record, current, sections named) of every row of benchmarks/results/README.md's table."""
+    rows = []
+    for line in INDEX.splitlines():
+        m = re.match(r"\| `([^`]+)` \| .* \| ([^|]+) \| ([^|]+) \|$", line)
+        if m:
+            rows.append((m[1], m[2].strip(), [s for s in SECTIONS if s in m[3]]))
+    return rows
+
+
+def page_sections():
+    return {part.splitlines()[0]: part for part in re.split(r"^## ", PAGE, flags=re.M)[1:]}
+
+
+def test_a_current_record_is_cited_where_the_index_says_and_called_superseded_nowhere():
+    rows, sections = index_rows(), page_sections()
+    assert len(rows) > 20
+    pages = {name: (REPO / name).read_text(encoding="utf-8") for name in ("README.md", "docs/results.md")}
+    for record, current, named in rows:
+        assert named, record
+        if not current.startswith("yes"):
+            continue
+        path = f"benchmarks/results/{record}"
+        for section in named:
+            assert path in sections[section], (record, section)
+        for name, text in pages.items():
+            for paragraph in re.split(r"\n\s*\n", text):
+                if path in paragraph:
+                    assert not re.search(r"supersede|no longer current|out of date", paragraph, re.I), (record, name)
+
+
+def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_commit():
+    """The GPU records measured code that has changed since: none is marked current, and every block on the
+    pages that shows a GPU figure names the commit of the record it comes from."""
+    from benchmarks import results_tables
+
+    current = {record: c for record, c, _ in index_rows()}
+    for folder in (RESULTS / "gpu").iterdir():
+        if folder.is_dir():
+            assert not current[f"gpu/{folder.name}/"].startswith("yes"), folder.name
+    sources = {"gpu-correctness": ["correctness_all_kernels", "correctness_triton"],
+               "gpu-speed-tokens": ["triton_check"], "gpu-paper-configs": ["triton_check"],
+               "gpu-profile": ["profile_after_seed_fix"],
+               **{f"gpu-measured-{r}": [r] for r in results_tables.GPU_RECORDS}}
+    shown = 0
+    for page in ("README.md", "docs/results.md"):
+        for _, name, body, _ in results_tables.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
+            if name.startswith("gpu-"):
+                shown += 1
+                for record in sources[name]:
+                    commit = json.loads((RESULTS / "gpu" / record / "meta.json").read_text())["commit"].split()[0]
+                    assert f"commit {commit}" in body, (page, name, record)
+    assert shown >= 8
