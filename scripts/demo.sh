@@ -19,9 +19,9 @@ Environment (default):
   DEMO_TRAIN_LINES    use only the first N training pairs / lines (all)
   DEMO_EVAL_LINES     use only the first N valid and test pairs / lines (all)
   DEMO_BPE_TOKENS     joint BPE merges (2000)
-  DEMO_MT_EPOCHS      epochs of each translation model (4)
+  DEMO_MT_EPOCHS      epochs of each translation model (8: about 1,050 updates)
   DEMO_MT_LR          their peak learning rate (0.01)
-  DEMO_MT_MAX_TOKENS  tokens per translation batch (4096)
+  DEMO_MT_MAX_TOKENS  tokens per translation batch (2048)
   DEMO_LM_UPDATES     updates of the language model (300)
   DEMO_LM_MAX_TOKENS  tokens per language-model batch (2048)
   DEMO_N_AVG          epoch checkpoints averaged (3)
@@ -42,9 +42,9 @@ SAMPLE=${DEMO_SAMPLE:-data/sample}
 TRAIN_LINES=${DEMO_TRAIN_LINES:-}
 EVAL_LINES=${DEMO_EVAL_LINES:-}
 BPE_TOKENS=${DEMO_BPE_TOKENS:-2000}
-MT_EPOCHS=${DEMO_MT_EPOCHS:-4}
+MT_EPOCHS=${DEMO_MT_EPOCHS:-8}
 MT_LR=${DEMO_MT_LR:-0.01}
-MT_MAX_TOKENS=${DEMO_MT_MAX_TOKENS:-4096}
+MT_MAX_TOKENS=${DEMO_MT_MAX_TOKENS:-2048}
 LM_UPDATES=${DEMO_LM_UPDATES:-300}
 LM_MAX_TOKENS=${DEMO_LM_MAX_TOKENS:-2048}
 N_AVG=${DEMO_N_AVG:-3}

@@ -3,9 +3,10 @@
 
     python scripts/demo_report.py --out outputs/demo [--wall-seconds N]
 
-Reads fairseq's json log records from checkpoints/*/hydra_train.log, the BLEU files of
+Reads fairseq's json log records from checkpoints/*/hydra_train.log, the BLEU files and translations of
 scripts/eval_wmt14.sh and the ppl.tsv of scripts/eval_lm.sh; prints a Markdown table, writes it to
-results.md and the curves (loss in base 2 against updates) to curves.png.
+results.md, the numbers and the first test translations to results.json, and the curves (loss in base 2
+against updates) to curves.png.
 """
 
 import argparse
@@ -65,6 +66,20 @@ def read_ppl(path):
     return rows
 
 
+def read_translations(path, count):
+    """The source, reference and hypothesis of the first `count` test sentences (by id) of fairseq-generate's
+    output (BPE removed, Moses-tokenised)."""
+    found = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                m = re.match(r"([STH])-(\d+)\t(.*)$", line.rstrip("\n"))
+                if m and int(m.group(2)) < count:
+                    text = m.group(3).split("\t")[-1]  # H- lines carry the score first
+                    found.setdefault(int(m.group(2)), {})[{"S": "source", "T": "reference", "H": "hypothesis"}[m.group(1)]] = text
+    return [found[i] for i in sorted(found)]
+
+
 def fmt(value, digits=2):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -82,6 +97,8 @@ def summary(records, params):
 
 
 def build_tables(out):
+    """The Markdown lines, the training records for the curves, and the numbers for results.json."""
+    numbers = {"translation": {}, "language_model": {}}
     lines = ["### Translation (po_en_de sample: En-De software strings)", "",
              "| encoder self-attention | params | epochs | updates | train time (s) | valid loss (base 2) "
              "| test BLEU, compound-split tokenised | test sacreBLEU, detokenised |",
@@ -94,6 +111,9 @@ def build_tables(out):
         lines.append(f"| {label} | {s['params']} | {s['epochs']} | {s['updates']} | {fmt(s['wall'], 0)} "
                      f"| {fmt(s['valid_loss'])} | {fmt(tok)} | {fmt(sacre)} |")
         curves[("translation", label)] = records
+        numbers["translation"][name] = {"label": label, **s, "bleu_compound_split": tok, "sacrebleu": sacre,
+                                        "first_test_translations": read_translations(
+                                            f"{out}/checkpoints/{name}/gen.test.out", 3)}
     lines += ["", "### Language model (doc_en sample: English documentation prose, Wikitext-103 recipe)", ""]
     for name, label in LM:
         records, params = read_log(f"{out}/checkpoints/{name}/hydra_train.log")
@@ -105,7 +125,9 @@ def build_tables(out):
         lines.append(f"| {label} | {s['params']} | {s['updates']} | {fmt(s['wall'], 0)} | "
                      + " | ".join(fmt(float(r["ppl"])) for r in rows) + " |")
         curves[("language model", label)] = records
-    return lines, curves
+        numbers["language_model"][name] = {"label": label, **s, "ppl": [
+            {"subset": r["subset"], "context": int(r["context"]), "ppl": float(r["ppl"])} for r in rows]}
+    return lines, curves, numbers
 
 
 def plot(curves, path):
@@ -146,15 +168,18 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the demo's output folder")
     parser.add_argument("--wall-seconds", type=int, help="the demo's wall time, for the table's header")
     args = parser.parse_args(argv)
-    lines, curves = build_tables(args.out)
+    lines, curves, numbers = build_tables(args.out)
     if args.wall_seconds is not None:
         lines = [f"Demo wall time: {args.wall_seconds} s.", ""] + lines
     text = "\n".join(lines) + "\n"
     print(text)
     with open(f"{args.out}/results.md", "w", encoding="utf-8") as f:
         f.write(text)
+    with open(f"{args.out}/results.json", "w", encoding="utf-8") as f:
+        json.dump({"wall_seconds": args.wall_seconds, **numbers}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
     plot(curves, f"{args.out}/curves.png")
-    print(f"wrote {args.out}/results.md and {args.out}/curves.png")
+    print(f"wrote {args.out}/results.md, results.json and curves.png")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`make demo` at a reduced size (environment overrides), so that the demo script cannot rot."""
 
+import json
 import os
 import re
 import subprocess
@@ -75,6 +76,12 @@ def test_demo_small(tmp_path):
     rows = [line for line in table.splitlines() if line.startswith("| EVA") or line.startswith("| softmax")]
     assert len(rows) == 3 and not any("n/a" in row for row in rows), table
     assert (out / "checkpoints" / "mt_eva" / "checkpoint_avg2.pt").exists()
+    numbers = json.loads((out / "results.json").read_text(encoding="utf-8"))  # the demo's record
+    for name in ("mt_eva", "mt_softmax"):
+        mt = numbers["translation"][name]
+        assert mt["updates"] > 0 and mt["bleu_compound_split"] is not None and mt["sacrebleu"] is not None
+        assert [set(t) for t in mt["first_test_translations"]] == [{"source", "reference", "hypothesis"}] * 3
+    assert [r["context"] for r in numbers["language_model"]["lm_eva"]["ppl"] if r["subset"] == "test"] == [0, 32]
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"demo done in \d+ s", r.stdout)
     # it refuses to wipe a folder that is not its own
