@@ -317,6 +317,24 @@ def op_count():
                                 "`benchmarks/results/op_count/`).")
 
 
+def demo():
+    """The README's demo table: what a fresh `make demo` gave (benchmarks/results/demo/, its results.json)."""
+    record, meta = load("demo", "results.json"), load("demo", "meta.json")
+    lines = ["| `make demo` | updates | test BLEU, compound-split | sacreBLEU | first test sentences: hypothesis (reference) |",
+             "|---|---|---|---|---|"]
+    for row in record["translation"].values():
+        first = "; ".join(f"{t['hypothesis']} ({t['reference']})" for t in row["first_test_translations"])
+        lines.append(f"| translation, {row['label']} | {row['updates']} | {row['bleu_compound_split']:.2f} "
+                     f"| {row['sacrebleu']:.2f} | {first.replace('|', '&#124;')} |")
+    for row in record["language_model"].values():
+        ppl = ", ".join(f"{r['ppl']:.1f} (context {r['context']})" for r in row["ppl"] if r["subset"] == "test")
+        lines.append(f"| language model, {row['label']} | {row['updates']} | test perplexity {ppl} | | |")
+    commit = meta["commit"]
+    lines += ["", f"Demo wall time {record['wall_seconds']} s on {meta['device']}; {meta['date']}, commit {commit} "
+              f"(record `benchmarks/results/demo/`)."]
+    return "\n".join(lines)
+
+
 TABLES = {
     "approximation-equal-cost-model": approximation_equal_cost("model"),
     "approximation-equal-cost-random": approximation_equal_cost("random"),
@@ -330,6 +348,7 @@ TABLES = {
     "causal-lm-chunks-of-4": chunks_of_4,
     "learning-summary": learning_summary,
     "op-count": op_count,
+    "demo": demo,
     **{f"gpu-measured-{record}": gpu_note(record) for record in GPU_RECORDS},
 }
 
