@@ -57,6 +57,116 @@ def mechanisms_speed(setting, lengths):
     return render
 
 
+# --- CPU records ----------------------------------------------------------------------------------------------------
+
+def seconds(x):
+    return f"{x:.2f} s" if x >= 10 else f"{x:.3f} s"
+
+
+def cpu_speed():
+    """Layer time (speed_c_loop.json) / peak memory (speed_c_loop_memory.json) at each N, and the speed-up over SDPA
+    (time record) / memory ratio (memory record) of EVA and causal EVA."""
+    times, memory = load("speed_c_loop.json"), load("speed_c_loop_memory.json")
+    names = ["eva", "eva-causal", "local", "sdpa", "sdpa-causal", "projections"]
+    pairs = [("eva", "sdpa"), ("eva-causal", "sdpa-causal")]
+    t = {(r["N"], r["mechanism"]): r["layer_s"] for r in times["results"]}
+    m = {(r["N"], r["mechanism"]): r["peak_bytes"] for r in memory["results"]}
+    up = {(s["N"], s["mechanism"], s["baseline"]): s["layer_speedup"] for s in times["speedups"]}
+    ratio = {(s["N"], s["mechanism"], s["baseline"]): s["memory_ratio"] for s in memory["speedups"]}
+    head = names + [f"{a} vs {b}" for a, b in pairs]
+    lines = ["| N | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for n in sorted({r["N"] for r in times["results"]}):
+        cells = [f"{seconds(t[n, name])} / {m[n, name] / 2**20:.0f} MiB" for name in names]
+        cells += [f"{up[n, a, b]:.2f}x / {ratio[n, a, b]:.2f}" for a, b in pairs]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paper_settings_cpu():
+    """Layer time of EVA with and without the paper's bias and dropout (speed_paper_settings_r9.json)."""
+    rows = load("speed_paper_settings_r9.json")["results"]
+    names = list(dict.fromkeys(r["mechanism"] for r in rows))
+    t = {(r["N"], r["mechanism"]): r["layer_s"] for r in rows}
+    lines = ["| N | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for n in sorted({r["N"] for r in rows}):
+        lines.append(f"| {n} | " + " | ".join(seconds(t[n, name]) for name in names) + " |")
+    return "\n".join(lines)
+
+
+def approximation_grid(causal):
+    """EVA's error against softmax attention on the model inputs: rows the window, columns C (bidirectional) or the
+    chunk size (causal), from approximation.json."""
+
+    def render():
+        rows = [r for r in load("approximation.json")["results"]["model"]["rows"]
+                if r["mechanism"] == "eva" and r["causal"] == causal]
+        error = {(r["window"], r.get("chunk_size") if causal else r["chunks"]): r["error"] for r in rows}
+        windows = sorted({r["window"] for r in rows})
+        if causal:
+            sizes = sorted({r["chunk_size"] for r in rows}, key=lambda s: (s != 0, -s))
+            chunks = {r["chunk_size"]: r["chunks"] for r in rows}
+            head = ["s = 0 (C = 0)"] + [f"{s} ({chunks[s]})" for s in sizes if s]
+            lines = ["| causal, model inputs (columns: chunk size s, C = N / s) | " + " | ".join(head) + " |"]
+            columns = sizes
+        else:
+            columns = sorted({r["chunks"] for r in rows})
+            head = [f"C = {columns[0]}"] + [str(c) for c in columns[1:]]
+            lines = ["| bidirectional, model inputs | " + " | ".join(head) + " |"]
+        lines.append("|---" * (len(columns) + 1) + "|")
+        for i, w in enumerate(windows):
+            cells = [f"{error[w, c]:.3f}" if (w, c) in error else "-" for c in columns]
+            lines.append(f"| {f'abs(E) = {w}' if i == 0 else w} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    return render
+
+
+def decoding(contexts=(256, 1024, 4096, 8192)):
+    """Per-token latency and cache size of one layer (decoding.json), at the contexts the page shows."""
+    lines = ["| context | mechanism | median ms a token | mean ms | cache (MiB) | of which chunk summaries (MiB) |",
+             "|---|---|---|---|---|---|"]
+    for r in load("decoding.json")["results"]:
+        if r["context"] in contexts:
+            lines.append(f"| {r['context']} | {r['mechanism']} | {1e3 * r['latency_median_s']:.2f} "
+                         f"| {1e3 * r['latency_mean_s']:.2f} | {r['cache_bytes'] / 2**20:.2f} "
+                         f"| {r['chunk_summary_bytes'] / 2**20:.2f} |")
+    return "\n".join(lines)
+
+
+def training():
+    """Training step time and target tokens/s of EVA and softmax (training.json)."""
+    labels = {"translation": "translation", "lm-128": "LM, 128 tokens", "lm-1024": "LM, 1024 tokens"}
+    rows = load("training.json")["results"]
+    rate = {(r["setting"], r["attention"]): r["tokens_per_s"] for r in rows}
+    lines = ["| setting | attention | target tokens a step | median step (s) | target tokens/s | EVA / softmax |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        vs = (f" {rate[r['setting'], 'eva'] / rate[r['setting'], 'softmax']:.2f} " if r["attention"] == "eva"
+              else " ")
+        lines.append(f"| {labels.get(r['setting'], r['setting'])} | {r['attention']} | {r['tokens_per_step']:.0f} "
+                     f"| {r['step_s']:.3f} | {r['tokens_per_s']:.0f} |{vs}|")
+    return "\n".join(lines)
+
+
+def busy_machine():
+    """Training time of the README's LM command alone and beside another busy process (busy_machine/results.json)."""
+    from benchmarks import busy_machine as bm
+
+    def setting(name):
+        return name if name == "default" else f"`{name}`"
+
+    record = load("busy_machine", "results.json")
+    lines = ["| setting of the training | the other process | training s "
+             f"({record['updates']} updates) | x default alone | the other process's speed |",
+             "|---|---|---|---|---|"]
+    for r in record["rows"]:
+        other = {bm.ALONE: "none", bm.BESIDE_DEFAULT: "default", bm.BESIDE_SAME: setting(r["setting"])}[r["machine"]]
+        speed = f" {r['neighbour_rate_ratio']:.2f} of alone " if "neighbour_rate_ratio" in r else " "
+        lines.append(f"| {setting(r['setting'])} | {other} | {r['median_s']:.1f} | {r['ratio_to_default_alone']:.2f} "
+                     f"|{speed}|")
+    return "\n".join(lines)
+
+
 # --- GPU records: every table and figure says the commit it measured ---------------------------------------------
 
 GPU_RECORDS = ("triton_check", "correctness_all_kernels", "correctness_triton", "profile_after_seed_fix",
@@ -237,6 +347,68 @@ def exact_warmup1000_test():
     return f"{float(cells[6]):.2f} at {int(cells[3]):,} updates"
 
 
+def causal_lm_updates():
+    """valid_small perplexity of the causal LM's six runs at equal updates, as benchmarks.lm_tables reads them."""
+    from benchmarks import lm_tables
+
+    head = ["updates", *lm_tables.ROWS, "local minus EVA", "EVA's share (means)", "EVA's share (seeds)"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for p in lm_tables.UPDATES:
+        v = {name: lm_tables.at_updates(c, p) for name, c in lm_tables.CURVES.items()}
+        cells = [f"{p:,}", *("-" if x is None else f"{x:.2f}" for x in v.values()), *lm_tables.comparison(v)[3:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def causal_lm_cpu_time(minutes=(30, 90, 180), test=180):
+    """valid_small perplexity at equal CPU time (interpolated) and test at context 0 / 256, as benchmarks.lm_tables
+    reads them; the comparison columns compare valid, and context 256 on test."""
+    from benchmarks import lm_tables
+
+    head = ["CPU minutes", *lm_tables.ROWS, "local minus EVA", "EVA's share (means)"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for m in minutes:
+        v = {name: lm_tables.at_minutes(c, m) for name, c in lm_tables.CURVES.items()}
+        cells = [f"{m}, valid", *("-" if x is None else f"{x:.2f}" for x in v.values()), *lm_tables.comparison(v)[3:5]]
+        lines.append("| " + " | ".join(cells) + " |")
+    tests = {name: lm_tables.test_at(d, test) for name, d in lm_tables.ROWS.items()}
+    cells = [f"{t['0']:.2f} / {t['256']:.2f}" for t in tests.values()]
+    at256 = {name: t["256"] for name, t in tests.items()}
+    lines.append(f"| {test}, test | " + " | ".join(cells + lm_tables.comparison(at256)[3:5]) + " |")
+    return "\n".join(lines)
+
+
+RECALL_ROWS = [("exact", [("recall_10000_updates", "exact")]),
+               ("exact, seed 2", [("recall_by_chunk_size", "exact-seed2")]),
+               ("EVA, chunks of 4 (seeds 1, 2)", [("recall_10000_updates", "eva4"), ("recall_by_chunk_size", "eva4-seed2")]),
+               ("EVA, chunks of 8", [("recall_by_chunk_size", "eva8")]),
+               ("EVA, chunks of 16", [("recall_by_chunk_size", "eva16")]),
+               ("local (window 64)", [("recall_7000_updates", "local")])]
+
+
+def recall():
+    """Test perplexity on the first half and the repeated part of the recall blocks, and the share of exact
+    attention's recall against local attention's (seed 1 of each), as scripts/recall.py's report computes it."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    from recall import recall_share
+
+    exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
+    lines = ["| row | updates | test, first half A | repeated part B | share | B without the chunks at test |",
+             "|---|---|---|---|---|---|"]
+    for label, runs in RECALL_ROWS:
+        ppl = [load(*run, "recall.json") for run in runs]
+        updates = ", ".join(dict.fromkeys(f"{curve(*run)[-1]['updates']:,}" for run in runs))
+        shares = [recall_share(p["repeated"], local, exact) for p in ppl]
+        bold = "**" if label.startswith("EVA") or label.startswith("exact") else ""
+        bold_share = "**" if label.startswith("EVA") else ""
+        repeated = bold + ", ".join(f"{p['repeated']:.2f}" for p in ppl) + bold
+        share = bold_share + ", ".join(f"{s:.0%}" for s in shares) + bold_share
+        cut = ", ".join(f"{p['without chunks']['repeated']:.2f}" for p in ppl if "without chunks" in p) or "-"
+        first = ", ".join(f"{p['first half']:.2f}" for p in ppl)
+        lines.append(f"| {label} | {updates} | {first} | {repeated} | {share} | {cut} |")
+    return "\n".join(lines)
+
+
 def chunks_of_4():
     """CPU time an update of chunks of 4 against chunks of 8 (and local), at equal updates up to the shorter run's
     end and over each whole run."""
@@ -349,6 +521,16 @@ TABLES = {
     "learning-summary": learning_summary,
     "op-count": op_count,
     "demo": demo,
+    "cpu-speed": cpu_speed,
+    "paper-settings-cpu": paper_settings_cpu,
+    "approximation-bidirectional": approximation_grid(False),
+    "approximation-causal": approximation_grid(True),
+    "decoding": decoding,
+    "training": training,
+    "busy-machine": busy_machine,
+    "causal-lm-updates": causal_lm_updates,
+    "causal-lm-cpu-time": causal_lm_cpu_time,
+    "recall": recall,
     **{f"gpu-measured-{record}": gpu_note(record) for record in GPU_RECORDS},
 }
 
