@@ -255,6 +255,44 @@ def gpu_paper_configs():
     return "\n".join(lines) + "\n\n" + measured_at("triton_check")
 
 
+# The README's configs table: the paper's numbers as the paper quotes them (not measured here), and what has been
+# run of each config; the words/s ratios come from the Triton check's paper_configs runs.
+README_CONFIGS = [
+    ("`wmt14_en_de_eva16`", "BLEU 27.2", "not trained to a BLEU score; 60 fp16 updates on the sample, one H200: "
+     "{wmt14_en_de_eva16} softmax's words/s"),
+    ("`wmt14_en_de_eva32`", "BLEU 27.3", "only in `make demo`, at 2+2 layers of 64 with \\|E\\| = 8, C = 4, on the sample "
+     "([the demo's table](#quick-start): compound-split BLEU with softmax's)"),
+    ("`wmt14_en_de_eva64`", "BLEU 27.5", "not run"),
+    ("`wmt14_en_de_softmax`", "BLEU 27.5", "as the EVA rows above (demo; words/s on the H200)"),
+    ("`wikitext103_eva_16l`", "test perplexity 19.4", "only in `make demo`, at 2 layers of 64 on the sample "
+     "([the demo's table](#quick-start)); 60 fp16 updates, one H200: {wikitext103_eva_16l} softmax's words/s"),
+    ("`wikitext103_softmax_16l`", "baseline", "words/s on the H200"),
+    ("`wikitext103_eva_32l`", "test perplexity 18.3", "not run"),
+    ("`wikitext103_softmax_32l`", "baseline", "not run"),
+    ("`mlm_eva_2048`", "validation perplexity 3.94", "not run"),
+    ("`mlm_eva_4096`", "validation perplexity 3.73", "60 fp16 updates on the sample, one H200: {mlm_eva_4096} "
+     "softmax's words/s"),
+    ("`mlm_softmax_2048`", "3.74", "not run"),
+    ("`mlm_softmax_4096`", "3.74", "words/s on the H200"),
+    ("`mlm_local_2048`, `mlm_performer_2048`, `mlm_linformer_2048`, `mlm_reformer_2048`, `mlm_lara_2048`, "
+     "`mlm_combiner_2048`, `mlm_long_short_2048`", "the masked-LM table's baselines (Combiner 4.12, Transformer-LS "
+     "4.01, Reformer 4.28)", "not run at size; each trains 3 updates on the sample in `make test-slow`"),
+    ("`wmt14_en_de_performer128`, `wmt14_en_de_lara16`, `wmt14_en_de_lara32`, `wmt14_en_de_lara64`",
+     "the WMT14 table's baselines (from the LARA paper)",
+     "not run at size; each trains and translates on the sample in `make test-slow`"),
+    ("`wikitext103_elu_16l`, `wikitext103_rfa_16l`, `wikitext103_t2r_16l`",
+     "the Wikitext-103 table's baselines (quoted there at 32 layers)",
+     "not run at size; each trains and is scored by fairseq-eval-lm on the sample in `make test-slow`"),
+]
+
+
+def readme_paper_configs():
+    ratios = {eva: ratio_span(r) for eva, r in paper_config_ratios().items()}
+    lines = ["| config | paper | measured here |", "|---|---|---|"]
+    lines += [f"| {config} | {paper} | {measured.format(**ratios)} |" for config, paper, measured in README_CONFIGS]
+    return "\n".join(lines) + "\n\nThe words/s: " + measured_at("triton_check")
+
+
 def correctness_rows(record):
     return gpu_json(record, "gpu_check.json")["correctness"]["rows"]
 
@@ -516,6 +554,7 @@ TABLES = {
     "gpu-speed-tokens": gpu_speed_tokens,
     "gpu-profile": gpu_profile,
     "gpu-paper-configs": gpu_paper_configs,
+    "gpu-paper-configs-readme": readme_paper_configs,
     "mlm-h200": mlm_h200,
     "causal-lm-chunks-of-4": chunks_of_4,
     "learning-summary": learning_summary,

@@ -127,6 +127,7 @@ def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_co
     sources = {"gpu-correctness": ["correctness_all_kernels", "correctness_triton"],
                "gpu-speed-tokens": ["triton_check"], "gpu-paper-configs": ["triton_check"],
                "gpu-profile": ["profile_after_seed_fix"],
+               "gpu-paper-configs-readme": ["triton_check"],
                **{f"gpu-measured-{r}": [r] for r in results_tables.GPU_RECORDS}}
     shown = 0
     for page in ("README.md", "docs/results.md"):
