@@ -138,3 +138,38 @@ def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_co
                     commit = json.loads((RESULTS / "gpu" / record / "meta.json").read_text())["commit"].split()[0]
                     assert f"commit {commit}" in body, (page, name, record)
     assert shown >= 8
+
+
+# Tables that may stand outside a generated block: their first header cell, and why no number in them is measured.
+UNMEASURED_TABLES = {
+    # README's troubleshooting: error messages and what to do; its digits are parts of the messages and settings
+    # ("got 5", "CRC-32", "0 bytes", "OMP_NUM_THREADS=1"), none a measurement
+    "you see",
+}
+
+
+def tables_outside_blocks(text):
+    """(first header cell, rows) of every Markdown table outside the generated blocks and code fences."""
+    from benchmarks import results_tables
+
+    text = results_tables.BLOCK.sub("", text)
+    tables, rows, fence = [], [], False
+    for line in text.splitlines() + [""]:
+        if line.startswith("```"):
+            fence = not fence
+        if not fence and line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            tables.append((rows[0].strip("|").split("|")[0].strip(), rows))
+            rows = []
+    return tables
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_every_table_with_a_number_is_rendered_from_a_record(page):
+    """A Markdown table with a digit in it stands only inside a `<!-- results: NAME -->` block, which
+    benchmarks/results_tables.py renders from its record, or is one of the few without a measured number."""
+    for head, rows in tables_outside_blocks((REPO / page).read_text(encoding="utf-8")):
+        if head in UNMEASURED_TABLES:
+            continue
+        assert not re.search(r"\d", "\n".join(rows)), f"{page}: the table '{head}' is not rendered from a record"
