@@ -102,7 +102,6 @@ def test_padding_changes_nothing_for_the_real_tokens(options):
     checks.check_padding("combiner", **options)
 
 
-@pytest.mark.slow
 def test_gradients():
     checks.check_gradients("combiner", **dict(span=2))
 

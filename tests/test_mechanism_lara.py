@@ -137,7 +137,6 @@ def test_the_shared_padding_check(train):
     checks.check_padding("lara", train=train)  # the default C = 256 > N
 
 
-@pytest.mark.slow
 def test_the_shared_gradient_check():
     checks.check_gradients("lara", num_landmarks=4)
 

@@ -81,7 +81,6 @@ def test_shared_padding_check(sharing):
     checks.check_padding("linformer", projected_dim=5, max_positions=12, sharing=sharing)
 
 
-@pytest.mark.slow
 def test_shared_gradient_check():
     checks.check_gradients("linformer", projected_dim=3, max_positions=6)
 

@@ -99,7 +99,6 @@ def test_padding_changes_nothing_for_the_real_tokens(options):
     checks.check_padding("long_short", **options)
 
 
-@pytest.mark.slow
 def test_gradients():
     checks.check_gradients("long_short", **dict(window_size=2, num_landmarks=3))
 

@@ -111,7 +111,6 @@ def test_bad_options_are_named(options, message):
         registry.build("reformer", 16, 2, **options)
 
 
-@pytest.mark.slow
 def test_shared_checks():
     for train in (True, False):
         checks.check_padding("reformer", train=train, num_hashes=2, chunk_size=2)

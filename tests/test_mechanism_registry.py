@@ -49,7 +49,6 @@ def test_softmax_equals_its_float64_reference_with_padding():
     torch.testing.assert_close(module(x, mask)[1, :5], expected[1, :5])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name,options", [("softmax", {}), ("local", {"window_size": 4})])
 def test_the_shared_checks_hold_for_softmax_and_local(name, options):
     for causal in (False, True):

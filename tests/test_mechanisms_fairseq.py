@@ -140,7 +140,6 @@ def test_every_mechanism_has_tiny_options():
     assert sorted(TINY_OPTIONS) == sorted(registry.MECHANISMS)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", mechanisms_to_test())
 def test_each_mechanism_trains_and_decodes_through_fairseq(runs, name):
     if registry.CAUSAL in registry.get(name).directions:
@@ -181,7 +180,6 @@ def test_the_usage_page_lists_every_mechanism_as_the_registry_does():
         "python -c 'from fairseq_eva.modules.options import mechanism_table; print(mechanism_table())'")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("job,line", [(job, line) for job, _, line in REFUSALS])
 def test_a_bad_mechanism_option_ends_in_one_line_before_training(runs, job, line):
     status, log = runs[job]
