@@ -104,6 +104,24 @@ def masked_lm(path):
     mlm_table.plot(path)
 
 
+def baselines_small(task):
+    """valid_small perplexity against CPU time and updates of every row of baselines_small/, as the harness
+    (scripts/long_context.py) plots its own report."""
+
+    def draw(path):
+        import sys
+
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import long_context
+
+        rows = long_context.row_results(record("baselines_small"), task)
+        curves = {row if seed == 1 else f"{row} seed {seed}": r["curve"] for (row, seed), r in rows.items()}
+        name = "causal LM" if task == "lm" else "masked LM"
+        long_context.plot(curves, path, f"{name}, blocks of 512, 4 CPU minutes a row")
+
+    return draw
+
+
 RECALL_ROWS = [  # label, record, row, colour
     ("exact", "recall_10000_updates", "exact", "tab:blue"),
     ("exact, seed 2", "recall_by_chunk_size", "exact-seed2", "tab:blue"),
@@ -140,6 +158,8 @@ FIGURES = {  # name: (draw, file under docs/img)
     "causal_lm": (causal_lm, "causal_lm_two_seeds.png"),
     "masked_lm": (masked_lm, "mlm_h200_warmup.png"),
     "recall": (recall, "recall_by_chunk_size.png"),
+    "baselines_small_lm": (baselines_small("lm"), "baselines_small_lm.png"),
+    "baselines_small_mlm": (baselines_small("mlm"), "baselines_small_mlm.png"),
 }
 
 

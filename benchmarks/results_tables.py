@@ -527,6 +527,23 @@ def op_count():
                                 "`benchmarks/results/op_count/`).")
 
 
+def baselines_small(task, tables=3):
+    """The paper's baselines learning beside EVA at small scale (benchmarks/results/baselines_small/): the first
+    `tables` tables of scripts/long_context.py's report for the task (each row at the end of its CPU-time budget,
+    then valid perplexity at equal updates and at equal CPU time), rendered by the harness's own code from the record."""
+
+    def render():
+        sys.path.insert(0, os.path.join(REPO, "scripts"))
+        import long_context
+
+        rows = long_context.row_results(os.path.join(RESULTS, "baselines_small"), task)
+        lines = long_context.task_tables(rows, task, 256)
+        blank = [i for i, line in enumerate(lines) if not line and i > 2]  # each table ends at a blank line
+        return "\n".join(lines[:blank[2 * tables - 2]]).strip()
+
+    return render
+
+
 def demo():
     """The README's demo table: what a fresh `make demo` gave (benchmarks/results/demo/, its results.json)."""
     record, meta = load("demo", "results.json"), load("demo", "meta.json")
@@ -560,6 +577,8 @@ TABLES = {
     "learning-summary": learning_summary,
     "op-count": op_count,
     "demo": demo,
+    "baselines-small-lm": baselines_small("lm"),
+    "baselines-small-mlm": baselines_small("mlm"),
     "cpu-speed": cpu_speed,
     "paper-settings-cpu": paper_settings_cpu,
     "approximation-bidirectional": approximation_grid(False),
