@@ -213,7 +213,7 @@ def test_no_sgemm_warns_once_in_the_users_words(cache):
     result = run_child(cache[0], "no-sgemm")
     assert not result["c_loop"] and len(result["warnings"]) == 1, result
     warning = result["warnings"][0]
-    for words in ("exports no sgemm_not_exported_", "kernel is auto", "runs the blockwise kernel", "1.2 to 1.7 times"):
+    for words in ("exports no sgemm_not_exported_", "kernel is auto", "runs the blockwise kernel", "computation, slower"):
         assert words in warning, warning
     assert "cache" not in warning, warning
 
