@@ -32,12 +32,16 @@ lint: setup
 # Installed only where none is: a CUDA torch brings its own, which must stay.
 TRITON = triton==3.9.0
 
+# The tests run on every core (pytest-xdist), each test file in one process: a file's fixtures (a trained model,
+# prepared data) are built once. WORKERS=0 runs them in this one process, as plain pytest does.
+WORKERS ?= auto
+
 test: setup lint
 	$(PY) -c "import triton" 2>/dev/null || $(PY) -m pip install -q $(TRITON)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow" tests
 
 test-slow: setup
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m slow tests
 
 demo: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash scripts/demo.sh

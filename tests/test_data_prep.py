@@ -199,6 +199,7 @@ def test_prepare_wmt14_raw(tmp_path):
         assert 1 <= n <= 250 and 1 <= m <= 250 and n <= 1.5 * m and m <= 1.5 * n
 
 
+@pytest.mark.slow
 def test_prepare_wmt14_local_archives(tmp_path):
     """The official archives' layout (corpora, newstest2013, the SGML newstest2014), made small."""
     en, de = lines(f"{SAMPLE}/po_en_de/train.en")[:900], lines(f"{SAMPLE}/po_en_de/train.de")[:900]
@@ -506,6 +507,7 @@ def test_make_sample_refuses_text_that_is_not_utf8(tmp_path):
 # ---------------------------------------------------------------- Wikitext-103
 
 
+@pytest.mark.slow
 def test_prepare_wikitext103_raw_and_local(tmp_path):
     from fairseq.data import Dictionary, data_utils
 

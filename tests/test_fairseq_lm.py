@@ -144,6 +144,7 @@ def test_hydra_train_runs_a_tiny_config(trained, tmp_path):
     assert attn.rpe.num_buckets == 16  # the `+model.` key's
 
 
+@pytest.mark.slow
 def test_a_misspelled_model_key_stops_hydra_train_with_one_line(trained, tmp_path):
     """From the command line (the `+` form) and from a YAML config; fairseq-train's argparse refuses it too."""
     expected = "model.eva_windw_size is not an option of transformer_lm_eva_tiny (did you mean model.eva_window_size?)"
@@ -190,6 +191,7 @@ def test_a_pinned_c_loop_without_a_compiler_stops_before_training(trained, tmp_p
     assert "Traceback" not in proc.log and "train_inner" not in proc.log and not save.exists()
 
 
+@pytest.mark.slow
 def test_a_pinned_kernel_that_cannot_train_stops_before_the_first_batch(trained, tmp_path):
     """--eva-kernel fused on the CPU evaluates but gives the trainable relative position bias no gradient: training
     with it ends in one line naming the option, why and the kernels that train; no traceback, no crash.pt."""

@@ -50,6 +50,7 @@ def test_masked_lm_trains_and_validates_roberta_eva(trained):
     assert (attn.causal, attn.window_size, attn.overlap, attn.num_chunks) == (False, 16, False, 4)
 
 
+@pytest.mark.slow
 def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_block(trained):
     data, save, _ = trained
     checkpoint = save / "checkpoint_last.pt"

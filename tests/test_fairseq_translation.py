@@ -148,6 +148,7 @@ def test_hub_translates_and_a_sentence_does_not_depend_on_its_batch(trained, tmp
     assert result["alone"] == result["in_batch"]
 
 
+@pytest.mark.slow
 def test_bad_option_stops_before_training_with_one_line(trained, tmp_path):
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2,
                "--eva-decoder-chunk-size", 3, cwd=tmp_path, check=False)
@@ -207,6 +208,7 @@ FP16_ON_CPU = ("fp16 needs a CUDA GPU and torch sees none: on a CPU leave out --
                "common.fp16=false; the training scripts do so with NGPUS=0)")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 is refused only without a CUDA GPU")
 def test_fp16_on_a_cpu_stops_with_one_line(trained, tmp_path):
     proc = run("fairseq-train", trained["bin"], *TRAIN, "--save-dir", tmp_path, "--max-update", 2, "--fp16",

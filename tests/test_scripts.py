@@ -145,6 +145,7 @@ def test_clear_errors(args, env, message, data, tmp_path):
     assert message in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
     out = tmp_path / "out"
     out.mkdir()
@@ -188,6 +189,7 @@ def test_eval_wmt14_refuses_too_few_checkpoints(tmp_path, data):
                                                       "checkpoint_last.pt"]
 
 
+@pytest.mark.slow
 def test_a_save_dir_override_makes_no_default_folder(tmp_path, tmp_path_factory):
     """`train_wmt14.sh VARIANT checkpoint.save_dir=X` trains into X: the default SAVE_DIR is not made; and the run,
     stopped by a misspelled key before training, leaves no X either."""

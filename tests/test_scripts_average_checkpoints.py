@@ -179,6 +179,7 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     assert torch.load(out, weights_only=True)["model"]["w"][1].item() == 1.0
 
 
+@pytest.mark.slow
 def test_cli_help_and_error_exit():
     script = os.path.join(ROOT, "scripts", "average_checkpoints.py")
     r = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
