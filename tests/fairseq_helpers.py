@@ -5,6 +5,7 @@ importing scripts/*.py as modules."""
 import importlib.util
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,28 @@ def run(tool, *args, cwd=None, input=None, timeout=600, check=True, env=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.log[-6000:]}")
     return proc
+
+
+def start_as_in_a_terminal(command, **popen):
+    """Start a command in its own process group with SIGINT's default action, as in a terminal (a test run started
+    in the background inherits it ignored); stdout and stderr are text pipes."""
+    return subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
+
+
+def press_ctrl_c(proc, timeout=60):
+    """SIGINT to the process group, as Ctrl-C sends it; its (stdout, stderr) once it has ended, or the test fails
+    (the group killed) if it is still running `timeout` seconds later."""
+    import pytest
+
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running {timeout} s after Ctrl-C:\n{(out + err)[-3000:]}")
 
 
 def is_finite(x):

@@ -216,31 +216,18 @@ def test_bad_option_stops_before_training(trained, tmp_path):
 def test_ctrl_c_ends_with_the_checkpoint_to_resume_from(trained, tmp_path):
     """SIGINT to fairseq-train's process group (what Ctrl-C sends) after a checkpoint was saved: exit 130 and one line
     naming checkpoint_last.pt, the update it holds, and that the same command resumes; no traceback."""
-    import os
-    import signal
-    import subprocess
     import time
 
-    from fairseq_helpers import BIN, cli_env
+    from fairseq_helpers import BIN, press_ctrl_c, start_as_in_a_terminal
 
     save = tmp_path / "ckpt"
-    command = [str(BIN / "fairseq-train"), str(trained["bin"]), *TRAIN, "--save-dir", str(save), "--max-update", "100000",
-               "--save-interval-updates", "2"]
-    # SIGINT's default action, as in a terminal: a test run started in the background inherits it ignored
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_as_in_a_terminal([BIN / "fairseq-train", trained["bin"], *TRAIN, "--save-dir", save, "--max-update",
+                                   "100000", "--save-interval-updates", "2"], cwd=tmp_path)
     deadline = time.monotonic() + 300
     while not (save / "checkpoint_last.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"still running 60 s after Ctrl-C:\n{(out + err)[-3000:]}")
+    out, err = press_ctrl_c(proc)
     said = [line for line in err.splitlines() if "interrupted at update" in line]
     assert proc.returncode == 130, (out + err)[-3000:]
     assert len(said) == 1 and f"{save}/checkpoint_last.pt holds update " in said[0], err[-3000:]

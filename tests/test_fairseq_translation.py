@@ -88,32 +88,22 @@ def test_interactive_translates_stdin(trained):
 def test_ctrl_c_in_interactive_ends_with_one_line(trained):
     """fairseq-interactive waiting for input, then Ctrl-C (SIGINT to its process group, as a terminal sends it):
     killed by SIGINT (exit status 130) and the one line `fairseq-interactive: interrupted`, no traceback."""
-    import os
     import signal
     import subprocess
     import time
 
-    from fairseq_helpers import BIN, cli_env
+    from fairseq_helpers import BIN, press_ctrl_c, start_as_in_a_terminal
 
-    command = [str(BIN / "fairseq-interactive"), str(trained["bin"]), "--user-dir", str(USER_DIR), "--cpu", "-s", "en",
-               "-t", "de", "--path", str(trained["save"] / "checkpoint_last.pt")]
-    # SIGINT's default action, as in a terminal: a test run started in the background inherits it ignored
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_as_in_a_terminal([BIN / "fairseq-interactive", trained["bin"], "--user-dir", USER_DIR, "--cpu", "-s",
+                                   "en", "-t", "de", "--path", trained["save"] / "checkpoint_last.pt"],
+                                  stdin=subprocess.PIPE)
     proc.stdin.write("Open the file\n")
     proc.stdin.flush()
     deadline = time.monotonic() + 120
     line = ""
     while not line.startswith("H-0") and proc.poll() is None and time.monotonic() < deadline:
         line = proc.stdout.readline()  # the first sentence translated: the model is loaded, stdin is read next
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"still running 60 s after Ctrl-C:\n{(out + err)[-3000:]}")
+    out, err = press_ctrl_c(proc)
     assert line.startswith("H-0"), err[-3000:]
     # Python ends on SIGINT as its default action does (a shell shows exit status 130)
     assert proc.returncode == -signal.SIGINT and "Traceback" not in out + err, err[-3000:]
