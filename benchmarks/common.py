@@ -21,6 +21,7 @@ what was measured before it. CUDA: torch.cuda.max_memory_allocated above what wa
 """
 
 import ctypes
+import importlib
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
@@ -234,3 +236,12 @@ def _number(value):
         return float(value)
     except (TypeError, ValueError):
         return value
+
+
+def script(name):
+    """scripts/NAME.py as a module (scripts/ is a folder of programs, not a package): the records' tables and figures
+    use the harnesses' own code to read them."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)

@@ -109,11 +109,7 @@ def baselines_small(task):
     (scripts/long_context.py) plots its own report."""
 
     def draw(path):
-        import sys
-
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
-        import long_context
-
+        long_context = common.script("long_context")
         rows = long_context.row_results(record("baselines_small"), task)
         curves = {row if seed == 1 else f"{row} seed {seed}": r["curve"] for (row, seed), r in rows.items()}
         name = "causal LM" if task == "lm" else "masked LM"

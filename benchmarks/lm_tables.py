@@ -8,12 +8,12 @@ benchmarks/results/causal_lm_v2k, EVA's and local's from causal_lm_v2k_180min).
 import json
 import os
 import re
-import sys
+
+from benchmarks.common import script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-from long_context import ppl_at_cpu  # noqa: E402  (the report's own interpolation between validations)
+ppl_at_cpu = script("long_context").ppl_at_cpu  # the report's own interpolation between validations
 
 ROWS = {
     "exact s1": os.path.join(RESULTS, "causal_lm_v2k", "exact"),

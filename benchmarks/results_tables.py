@@ -427,8 +427,9 @@ RECALL_ROWS = [("exact", [("recall_10000_updates", "exact")]),
 def recall():
     """Test perplexity on the first half and the repeated part of the recall blocks, and the share of exact
     attention's recall against local attention's (seed 1 of each), as scripts/recall.py's report computes it."""
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    from recall import recall_share
+    from benchmarks.common import script
+
+    recall_share = script("recall").recall_share
 
     exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
     lines = ["| row | updates | test, first half A | repeated part B | share | B without the chunks at test |",
@@ -533,9 +534,9 @@ def baselines_small(task, tables=3):
     then valid perplexity at equal updates and at equal CPU time), rendered by the harness's own code from the record."""
 
     def render():
-        sys.path.insert(0, os.path.join(REPO, "scripts"))
-        import long_context
+        from benchmarks.common import script
 
+        long_context = script("long_context")
         rows = long_context.row_results(os.path.join(RESULTS, "baselines_small"), task)
         lines = long_context.task_tables(rows, task, 256)
         blank = [i for i, line in enumerate(lines) if not line and i > 2]  # each table ends at a blank line
