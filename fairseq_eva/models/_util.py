@@ -44,26 +44,34 @@ def _device_and_dtype(args):
     return ("cuda" if cuda else "cpu"), dtype
 
 
-def check_kernel_runs_here(args, hydra=False):
-    """A kernel pinned by --eva-kernel that cannot run on this machine (no CUDA, no C compiler, no Triton) is
-    refused now, not at the first batch. What depends on the call (training, dropout) is checked there."""
+def pinned_kernel_refusal(name, q, **call):
+    """(why the pinned kernel `name` cannot compute this call, the kernels that can: "auto, ..."), or None when it
+    can; `call` as KernelSpec.refusal takes it."""
     from ..attention.kernels import KERNELS
-
-    name = getattr(args, "eva_kernel", "auto") or "auto"
-    if name == "auto":
-        return
-    device, dtype = _device_and_dtype(args)
-    q = torch.empty(0, device=device, dtype=dtype)
 
     def refusal(kernel):
         with warnings.catch_warnings():  # the C loop's warning that auto runs another kernel: not the case here
             warnings.simplefilter("ignore")
-            return KERNELS[kernel].refusal(q, needs_grad=False, dropout=0.0, bias_grad=False)
+            return KERNELS[kernel].refusal(q, **call)
 
     reason = refusal(name)
     if reason is None:
+        return None
+    return reason, ", ".join(["auto"] + [k for k in KERNELS if k != name and refusal(k) is None])
+
+
+def check_kernel_runs_here(args, hydra=False):
+    """A kernel pinned by --eva-kernel that cannot run on this machine (no CUDA, no C compiler, no Triton) is
+    refused now, not at the first batch. What depends on the call (training, dropout) is checked there."""
+    name = getattr(args, "eva_kernel", "auto") or "auto"
+    if name == "auto":
         return
-    usable = ", ".join(["auto"] + [k for k in KERNELS if k != name and refusal(k) is None])
+    device, dtype = _device_and_dtype(args)
+    refused = pinned_kernel_refusal(name, torch.empty(0, device=device, dtype=dtype), needs_grad=False, dropout=0.0,
+                                    bias_grad=False)
+    if refused is None:
+        return
+    reason, usable = refused
     option = option_name("eva_kernel", hydra)
     raise EVAOptionError(f"{option} {name} cannot run on this machine ({reason}): use one of {usable} "
                          f"(a model trained with it: --model-overrides \"{{'eva_kernel': 'auto'}}\")")
@@ -85,21 +93,17 @@ class PinnedKernelTrains:
 def check_kernel_trains(model):
     """Raise EVAOptionError when an EVA layer's pinned kernel cannot compute a training call of that layer."""
     from ..attention.eva import EVAAttention
-    from ..attention.kernels import KERNELS
 
     for layer in model.modules():
         if not isinstance(layer, EVAAttention) or layer.kernel == "auto":
             continue
         weight = layer.q_proj.weight
-        q = torch.empty(0, device=weight.device, dtype=weight.dtype)
-        call = dict(needs_grad=True, dropout=layer.dropout.p, bias_grad=layer.rpe is not None and any(
-            p.requires_grad for p in layer.rpe.parameters()))
-        with warnings.catch_warnings():  # the C loop's warning that auto runs another kernel: not the case here
-            warnings.simplefilter("ignore")
-            reason = KERNELS[layer.kernel].refusal(q, **call)
-            if reason is None:
-                continue
-            usable = ", ".join(["auto"] + [k for k in KERNELS if k != layer.kernel and KERNELS[k].refusal(q, **call) is None])
+        refused = pinned_kernel_refusal(
+            layer.kernel, torch.empty(0, device=weight.device, dtype=weight.dtype), needs_grad=True,
+            dropout=layer.dropout.p, bias_grad=layer.rpe is not None and any(p.requires_grad for p in layer.rpe.parameters()))
+        if refused is None:
+            continue
+        reason, usable = refused
         option = option_name("eva_kernel", under_hydra())
         raise EVAOptionError(f"{option} {layer.kernel} cannot train this model ({reason}): train with one of {usable} "
                              f"(it can still evaluate the trained model: --model-overrides \"{{'eva_kernel': "
