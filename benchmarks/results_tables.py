@@ -1,4 +1,5 @@
-"""The tables of README.md and docs/results.md, rendered from the records under benchmarks/results/.
+"""The tables of README.md and docs/results.md, and the sentences with numbers around them, rendered from the
+records under benchmarks/results/.
 
 A table's place in a page is marked by `<!-- results: NAME -->` ... `<!-- end results -->`; this writes each
 marked block again from its record (TABLES), so a number on the pages is one of a record's. A test renders
@@ -448,6 +449,17 @@ def recall():
     return "\n".join(lines)
 
 
+def causal_lm_costs():
+    """CPU time an update of EVA against local attention and of exact attention against EVA, each seed over its
+    whole run (180 CPU minutes)."""
+    pairs = [(("causal_lm_v2k_180min", f"eva{s}"), ("causal_lm_v2k_180min", f"local{s}")) for s in ("", "-seed2")]
+    eva = [cost_an_update(*e) / cost_an_update(*lo) for e, lo in pairs]
+    exact = [cost_an_update("causal_lm_v2k", f"exact{s}") / cost_an_update("causal_lm_v2k_180min", f"eva{s}")
+             for s in ("", "-seed2")]
+    return (f"- Over the first 180 CPU minutes EVA costs {eva[0]:.2f}x and {eva[1]:.2f}x local attention's CPU time an "
+            f"update (seeds 1 and 2), exact attention {exact[0]:.2f}x and {exact[1]:.2f}x EVA's.")
+
+
 def chunks_of_4():
     """CPU time an update of chunks of 4 against chunks of 8 (and local), at equal updates up to the shorter run's
     end and over each whole run."""
@@ -558,9 +570,102 @@ def demo():
         ppl = ", ".join(f"{r['ppl']:.1f} (context {r['context']})" for r in row["ppl"] if r["subset"] == "test")
         lines.append(f"| language model, {row['label']} | {row['updates']} | test perplexity {ppl} | | |")
     commit = meta["commit"]
-    lines += ["", f"Demo wall time {record['wall_seconds']} s on {meta['device']}; {meta['date']}, commit {commit} "
-              f"(record `benchmarks/results/demo/`)."]
+    params = " and ".join(dict.fromkeys(f"{int(str(row['params']).replace(',', '')) / 1e6:.2f}M" for row in record["translation"].values()))
+    lines += ["", f"Translation models of {params} parameters. Demo wall time {record['wall_seconds']} s on "
+              f"{meta['device']}; {meta['date']}, commit {commit} (record `benchmarks/results/demo/`)."]
     return "\n".join(lines)
+
+
+
+# --- the README's summaries: the sentences with numbers of its Results section, each from its record ---------------
+
+def readme_exact():
+    """The GPU check's correctness in one sentence: rows passed and the largest error of each precision."""
+    rows = correctness_rows("correctness_all_kernels")
+    checked = [r for r in rows if "dropout" not in r["check"]]
+
+    def largest(*precisions):
+        errors = [e for r in checked if r["precision"] in precisions
+                  for e in (r["output_error"], r["gradient_error"]) if e == e]  # NaN: not measured
+        return f"{max(errors):.1e}".replace("e-0", "e-")
+
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    passed = sum(r["status"] == "ok" for r in rows)
+    outcome = f"all {passed}" if passed == len(rows) else f"{passed} of the {len(rows)}"
+    return (f"On an NVIDIA H200 the {', '.join(kernels[:-1])} and {kernels[-1]} kernels passed {outcome} "
+            f"rows of the GPU check against the float64 CPU reference (largest errors, output and "
+            f"gradients: float32 {largest('float32')}, float16 {largest('float16', 'autocast-float16')}, bfloat16 "
+            f"{largest('bfloat16', 'autocast-bfloat16')}). " + measured_at("correctness_all_kernels"))
+
+
+def readme_cpu_speed():
+    """Speed-up and memory ratio over SDPA at 8192 and 16384, and the cost of the paper's bias and dropout."""
+    up = {(s["N"], s["mechanism"]): s["layer_speedup"] for s in load("speed_c_loop.json")["speedups"]}
+    memory = {(s["N"], s["mechanism"]): s["memory_ratio"] for s in load("speed_c_loop_memory.json")["speedups"]}
+    settings = [1 / s["layer_speedup"] for s in load("speed_paper_settings_r9.json")["speedups"]
+                if s["mechanism"].endswith("+rpe+dropout")]
+    return (f"At N = 8192, EVA is {up[8192, 'eva']:.2f}x faster than `scaled_dot_product_attention` and causal EVA "
+            f"{up[8192, 'eva-causal']:.2f}x faster than causal SDPA, with {memory[8192, 'eva']:.2f}x and "
+            f"{memory[8192, 'eva-causal']:.2f}x its peak memory; at N = 16384, {up[16384, 'eva']:.2f}x and "
+            f"{up[16384, 'eva-causal']:.2f}x. With the trainable bias and attention dropout 0.1 of the paper's configs "
+            f"the layer takes {min(settings):.2f}x to {max(settings):.2f}x the time of the same layer without them.")
+
+
+def readme_gpu_speed():
+    """The Triton check's speed-ups over flash SDPA, the cost of the bias and dropout, the configs' words/s."""
+    ratios = [r for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
+              for r in gpu_json("triton_check", name)["speed_tokens"]["ratios"]]
+    up = {(r["N"], r["mechanism"], r["baseline"]): r["layer_speedup"] for r in ratios}
+    ms = [r["layer_s"] * 1000 for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
+          for r in gpu_json("triton_check", name)["speed_tokens"]["rows"] if r["mechanism"] == "eva" and "layer_s" in r]
+    faster = min(n for (n, m, b), x in up.items() if (m, b) == ("eva", "sdpa") and x >= 1)
+    longest = max(n for n, _, _ in up)
+    settings = [1 / up[8192, f"{m}+rpe+dropout", m] for m in ("eva", "eva-causal")]
+    configs = {eva: ratio_span(r) for eva, r in paper_config_ratios().items()}
+    return "\n".join([
+        f"- bidirectional EVA runs at {up[8192, 'eva', 'sdpa']:.2f}x flash SDPA's speed at N = 8192 and "
+        f"{up[longest, 'eva', 'sdpa']:.2f}x at {longest}, and is slower below N = {faster}: the layer costs "
+        f"{min(ms):.1f}-{max(ms):.1f} ms a call at every length, a fixed per-call cost;",
+        f"- causal EVA runs at {up[8192, 'eva-causal', 'sdpa-causal']:.2f}x flash causal SDPA at 8192 and "
+        f"{up[longest, 'eva-causal', 'sdpa-causal']:.2f}x at {longest};",
+        f"- with the trainable bias and dropout 0.1 a layer takes {ratio_span(sorted(settings))} the time at N = 8192;",
+        f"- the paper's configs train at {configs['wikitext103_eva_16l']} (wikitext103), {configs['wmt14_en_de_eva16']} "
+        f"(wmt14) and {configs['mlm_eva_4096']} (mlm_eva_4096) softmax's words/s.",
+        "", measured_at("triton_check")])
+
+
+def readme_learning():
+    """What the far context gives each row of the causal LM (test at context 256 against 0), and recall by chunk size."""
+    from benchmarks import lm_tables
+    from benchmarks.common import script
+
+    def gain(row):
+        tests = [lm_tables.test_at(d, 180) for name, d in lm_tables.ROWS.items() if name.split()[0] == row]
+        return [1 - t["256"] / t["0"] for t in tests]
+
+    def percents(xs):
+        return " and ".join(dict.fromkeys(f"{100 * x:.1f}%" for x in xs))
+
+    recall_share = script("recall").recall_share
+    exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
+    share = {label: [recall_share(load(*run, "recall.json")["repeated"], local, exact) for run in runs]
+             for label, runs in RECALL_ROWS if label.startswith("EVA")}
+    chunks = [f"chunks of {label.split()[3]} {' and '.join(f'{100 * x:.0f}%' for x in xs)}" for label, xs in share.items()]
+    chunks[0] = chunks[0].replace(" 4 ", " 4 keep ") + " of exact attention's"
+    return (f"- Exact attention's own gain from the far context (test at context 256 against 0) is "
+            f"{percents(gain('exact'))} (two seeds) at 180 CPU minutes with 2,000 pieces; EVA gains "
+            f"{percents(gain('EVA'))} and local attention {percents(gain('local'))}.\n"
+            f"- The chunk size decides recall: {', '.join(chunks)}.")
+
+
+def readme_busy_machine():
+    """How much slower the README's LM command trained beside a busy process, with and without the fix."""
+    rows = {(r["setting"], r["machine"]): r["ratio_to_default_alone"] for r in load("busy_machine", "results.json")["rows"]}
+    return ("On a CPU that other jobs share, start them with `OMP_WAIT_POLICY=PASSIVE` (the scripts set it): beside one "
+            f"other busy process the language-model command took {rows['default', 'beside a busy torch process']:.2f}x "
+            "its time alone on 2 cores, and "
+            f"{rows['OMP_WAIT_POLICY=PASSIVE', 'beside a busy torch process']:.2f}x with it "
+            "([results](docs/results.md#on-a-shared-cpu)).")
 
 
 TABLES = {
@@ -575,12 +680,18 @@ TABLES = {
     "gpu-paper-configs-readme": readme_paper_configs,
     "mlm-h200": mlm_h200,
     "causal-lm-chunks-of-4": chunks_of_4,
+    "causal-lm-costs": causal_lm_costs,
     "learning-summary": learning_summary,
     "op-count": op_count,
     "demo": demo,
     "baselines-small-lm": baselines_small("lm"),
     "baselines-small-mlm": baselines_small("mlm"),
     "cpu-speed": cpu_speed,
+    "gpu-readme-exact": readme_exact,
+    "readme-cpu-speed": readme_cpu_speed,
+    "gpu-readme-speed": readme_gpu_speed,
+    "readme-learning": readme_learning,
+    "readme-busy-machine": readme_busy_machine,
     "paper-settings-cpu": paper_settings_cpu,
     "approximation-bidirectional": approximation_grid(False),
     "approximation-causal": approximation_grid(True),
