@@ -127,7 +127,8 @@ def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_co
     sources = {"gpu-correctness": ["correctness_all_kernels", "correctness_triton"],
                "gpu-speed-tokens": ["triton_check"], "gpu-paper-configs": ["triton_check"],
                "gpu-profile": ["profile_after_seed_fix"],
-               "gpu-paper-configs-readme": ["triton_check"],
+               "gpu-paper-configs-readme": ["triton_check"], "gpu-readme-speed": ["triton_check"],
+               "gpu-readme-exact": ["correctness_all_kernels"],
                **{f"gpu-measured-{r}": [r] for r in results_tables.GPU_RECORDS}}
     shown = 0
     for page in ("README.md", "docs/results.md"):
@@ -173,3 +174,97 @@ def test_every_table_with_a_number_is_rendered_from_a_record(page):
         if head in UNMEASURED_TABLES:
             continue
         assert not re.search(r"\d", "\n".join(rows)), f"{page}: the table '{head}' is not rendered from a record"
+
+
+# A measured number in prose: a decimal, or a number followed by x or % (ratios, shares; not '256 x 256');
+# 8.2e-7 is one number.
+MEASURED = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+(?:e-?\d+)?|\d[\d,]*(?=\s?(?:x\b(?! \d)|%)))(?![\d.]*\d)")
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?")
+# Numbers in prose that are not measurements: versions and the settings a command was given.
+NOT_MEASURED = re.compile(r"(?:torch|fairseq|Python|Triton|MKL|oneDNN|driver|penalty|dropout|CUDA) $")
+
+
+def numbers(text):
+    """The numbers of a text as printed (commas dropped): '7.24' and '7.2' are different numbers."""
+    return {m.group().replace(",", "") for m in NUMBER.finditer(text)}
+
+
+def record_numbers(path):
+    """The numbers of a record's files but its curves (a curve's many points would match almost any number)."""
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file() and f.name != "curve.jsonl"]
+    return set().union(*(numbers(f.read_text(encoding="utf-8", errors="replace")) for f in files))
+
+
+def anchor(heading):
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def sections(text):
+    """{anchor: text} of each section of a page, headed by a line starting with '#'."""
+    parts = re.split(r"\n(?=#)", text)
+    return {anchor(part.splitlines()[0].lstrip("#")): part for part in parts}
+
+
+def traceable_numbers(section, linked, with_links=True):
+    """(the numbers of the generated blocks, those of the records) that a section's prose may quote: its own and
+    those of the sections of `linked` ({anchor: text}, results.md's) that it links to."""
+    from benchmarks import results_tables
+
+    blocks = set().union(*(numbers(body) for _, _, body, _ in results_tables.BLOCK.findall(section)))
+    if not with_links:
+        return blocks, set()
+    records = set().union(*(record_numbers(REPO / p) for p in re.findall(r"benchmarks/results/[\w./-]*[\w/]", section)
+                            if (REPO / p).exists()))
+    for target in re.findall(r"\((?:docs/results\.md)?#([\w-]+)\)", section):
+        if target in linked:
+            more = traceable_numbers(linked.pop(target), linked)
+            blocks, records = blocks | more[0], records | more[1]
+    return blocks, records
+
+
+def rounded(printed, values):
+    """Some of `values` printed to `printed`'s precision gives `printed`."""
+    mantissa, _, exponent = printed.partition("e")
+    places = len(mantissa.partition(".")[2])
+    if exponent:
+        return any(f"{float(v):.{places}e}" == f"{float(printed):.{places}e}" for v in values)
+    return any(f"{float(v):.{places}f}" == f"{float(printed):.{places}f}" for v in values)
+
+
+def untraced_numbers(text, results, own_blocks_only=False):
+    """(number, context) of each measured number in a page's prose (text) that is not, at its printed precision,
+    one of the numbers of a generated block of its section, of a record that its section cites or of a section of
+    results.md (results) that it links to; with own_blocks_only, of its section's generated blocks alone."""
+    from benchmarks import results_tables
+
+    untraced = []
+    for section in sections(text).values():
+        blocks, records = traceable_numbers(section, sections(results), with_links=not own_blocks_only)
+        prose = re.sub(r"```.*?```|`[^`\n]*`", "", results_tables.BLOCK.sub("", section), flags=re.S)
+        for line in prose.splitlines():
+            if line.startswith(("|", "    ")):
+                continue  # tables (their own test) and indented commands
+            for m in MEASURED.finditer(line):
+                if not NOT_MEASURED.search(line[:m.start()]) and not rounded(m.group().replace(",", ""), blocks | records):
+                    untraced.append((m.group(), line[max(0, m.start() - 50):m.end() + 20]))
+    return untraced
+
+
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_every_measured_number_in_prose_traces_to_a_record(page):
+    """A ratio, share or decimal in the text around the tables is one of the numbers of a generated block or of a
+    record that its section cites (at the precision it is printed): none is typed from memory. The README's
+    summaries link to most of results.md, so they quote their own generated blocks only."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert untraced_numbers(text, PAGE, own_blocks_only=page == "README.md") == []
+
+
+def test_a_number_typed_from_memory_is_found():
+    results = PAGE.replace("is 7.24x faster than SDPA", "is 7.42x faster than SDPA")
+    assert [n for n, _ in untraced_numbers(results, PAGE)] == ["7.42"]
+    readme = (REPO / "README.md").read_text(encoding="utf-8").replace(
+        "\n## Results\n", "\n## Results\n\nEVA is 7.7x faster than SDPA ([more](docs/results.md#how-fast-and-how-much-memory-on-a-cpu)).\n")
+    assert [n for n, _ in untraced_numbers(readme, PAGE, own_blocks_only=True)] == ["7.7"]
