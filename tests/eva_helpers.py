@@ -72,9 +72,10 @@ LAYOUTS = {
 }
 
 
-def contract_inputs(layout, padded, dtype, B=3, H=2, N=24, d=4):
+def contract_inputs(layout, padded, dtype, B=3, H=2, N=24, d=4, grid=False):
     """Random inputs of the contract (q, k, v as views of token-major memory, as the layer passes them);
-    padded: row 1 has 17 real tokens and every other summary hidden, row 2 no real token and no summary."""
+    padded: row 1 has 17 real tokens and every other summary hidden, row 2 no real token and no summary;
+    grid: the bias as a random per-place grid (H x w x width) instead of a table by offset."""
     g = torch.Generator().manual_seed(0)
 
     def randn(*shape):  # drawn in float64, then rounded: the same inputs in every dtype
@@ -83,7 +84,7 @@ def contract_inputs(layout, padded, dtype, B=3, H=2, N=24, d=4):
     q, k, v = (randn(B, N, H, d).transpose(1, 2).requires_grad_() for _ in range(3))
     C = layout.visible_chunks(N // layout.window - 1, N // 2) if layout.causal else 3
     k_summary, beta = (randn(B, H, C, d).requires_grad_() for _ in range(2))
-    rpe = randn(H, layout.num_offsets).requires_grad_()
+    rpe = (randn(H, layout.window, layout.width) if grid else randn(H, layout.num_offsets)).requires_grad_()
     lengths = chunk_ok = None
     if padded:
         lengths = torch.tensor([N, N - 7, 0])

@@ -1,13 +1,19 @@
 """Every registered kernel against the reference kernel (kernels/reference.py: the contract query by query),
 on random contract inputs: the four layouts, with and without padding (per-row lengths, hidden summaries),
-a relative position table, and the gradients of q, k, v, the summaries and the table. Kernels are taken from
-the registry by name; a kernel that cannot compute a call here is skipped with its own reason."""
+a relative position bias by offset or by place (a per-place grid), and the gradients of q, k, v, the summaries
+and the bias. Kernels are taken from the registry by name; a kernel that cannot compute a call here is skipped
+with its own reason."""
+
+import dataclasses
+import re
 
 import pytest
 import torch
 from eva_helpers import F64, KERNEL_NAMES, LAYOUTS, contract_inputs
 
-from fairseq_eva.attention.kernels import KERNELS, KernelSpec
+from fairseq_eva.attention.kernels import AUTO_ORDER, KERNELS, KernelSpec, choose
+
+GRID_REFUSAL = "it takes the relative position bias by offset only, not a per-place table (--eva-rpe-type table)"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -17,22 +23,24 @@ def outputs_and_gradients(kernel, call, wrt):
     return y, lse, torch.autograd.grad((y * weights).sum(), [call[name] for name in wrt])
 
 
+@pytest.mark.parametrize("bias", ["offsets", "places"])
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
 @pytest.mark.parametrize("kernel", KERNEL_NAMES)
-def test_each_kernel_equals_the_reference_kernel(kernel, layout, padded):
+def test_each_kernel_equals_the_reference_kernel(kernel, layout, padded, bias):
     """y, lse (where a query sees a key) and every gradient equal the reference's: float64 to 1e-10, a
-    float32-only kernel to float32 rounding (its inputs are the float64 ones rounded). The RPE table's gradient
-    where the kernel gives one on this device."""
+    float32-only kernel to float32 rounding (its inputs are the float64 ones rounded). The bias's gradient
+    where the kernel gives one on this device; the bias a table by offset or a random per-place grid."""
     spec = KERNELS[kernel]
     dtype = F64 if F64 in spec.dtypes else torch.float32
     probe = torch.empty(1, 1, 1, 1, dtype=dtype)
-    bias_grad = spec.refusal(probe, needs_grad=True, dropout=0.0, bias_grad=True, layout=layout) is None
-    reason = spec.refusal(probe, needs_grad=True, dropout=0.0, bias_grad=bias_grad, layout=layout)
+    grid = bias == "places"
+    bias_grad = spec.refusal(probe, needs_grad=True, dropout=0.0, bias_grad=True, bias_grid=grid, layout=layout) is None
+    reason = spec.refusal(probe, needs_grad=True, dropout=0.0, bias_grad=bias_grad, bias_grid=grid, layout=layout)
     if reason is not None:
         pytest.skip(f"{kernel}: {reason}")
-    expected_call = contract_inputs(layout, padded, F64)
-    call = contract_inputs(layout, padded, dtype)
+    expected_call = contract_inputs(layout, padded, F64, grid=grid)
+    call = contract_inputs(layout, padded, dtype, grid=grid)
     if not bias_grad:
         call["rpe"].requires_grad_(False)
     wrt = ["q", "k", "v", "k_summary", "beta"] + (["rpe"] if bias_grad else [])
@@ -52,6 +60,58 @@ def test_each_kernel_equals_the_reference_kernel(kernel, layout, padded):
         torch.testing.assert_close(g.to(F64), e, **tol, msg=lambda m: f"d {name}: {m}")
     if padded:
         assert not seen[2].any() and (y[2] == 0).all()  # queries that see nothing: zeros
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("kernel", ["reference", *KERNEL_NAMES])
+def test_a_grid_gathered_from_an_offset_table_is_that_table(kernel, layout, padded):
+    """The two forms of the bias meet: the grid rpe[:, layout.offset_index()] gives exactly the output of the table
+    rpe itself, and (through the gather) the table's gradient, to rounding."""
+    spec = KERNELS[kernel]
+    dtype = F64 if F64 in spec.dtypes else torch.float32
+    bias_grad = spec.refusal(torch.empty(1, 1, 1, 1, dtype=dtype), needs_grad=True, dropout=0.0, bias_grad=True,
+                             bias_grid=True, layout=layout) is None
+    call = contract_inputs(layout, padded, dtype)
+    table = call["rpe"].detach().requires_grad_(bias_grad)
+    results = []
+    for rpe in (table, table[:, layout.offset_index()]):
+        try:
+            y, lse = spec.run(**{**call, "rpe": rpe})
+        except ValueError as error:
+            if "takes no lengths" in str(error):
+                pytest.skip(f"{kernel}: {error}")
+            raise
+        grad = torch.autograd.grad(y.pow(2).sum(), table)[0] if bias_grad else None
+        results.append((y, lse, grad))
+    (y, lse, grad), (y_grid, lse_grid, grad_grid) = results
+    assert torch.equal(y_grid, y) and torch.equal(lse_grid, lse)
+    if bias_grad:
+        torch.testing.assert_close(grad_grid, grad, atol=1e-12 if dtype == F64 else 1e-5, rtol=1e-6 if dtype == F64 else 1e-4)
+
+
+def test_a_grid_of_the_wrong_shape_is_refused():
+    call = contract_inputs(LAYOUTS["bidirectional, overlap"], False, F64, grid=True)
+    call["rpe"] = call["rpe"][:, :, :-1]
+    with pytest.raises(ValueError, match=r"per-place RPE grid must be heads x 4 x 8, not \(2, 4, 7\)"):
+        KERNELS["blockwise"].run(**call)
+
+
+def test_the_triton_kernel_refuses_a_per_place_grid(monkeypatch):
+    """Its programs read the bias by offset: a grid is a refusal reason of its own (no Triton needed to say so), a
+    pinned call is refused with it, and "auto" takes the next kernel, as on CUDA where the Triton kernel comes first."""
+    spec = KERNELS["triton"]
+    q = torch.empty(1, 2, 8, 4)
+    assert GRID_REFUSAL in spec.refusal(q, needs_grad=True, dropout=0.0, bias_grad=True, bias_grid=True)
+    assert GRID_REFUSAL not in (spec.refusal(q, needs_grad=True, dropout=0.0, bias_grad=True) or "")
+    with pytest.raises(ValueError, match="the EVA kernel 'triton' cannot run this call: .*" + re.escape(GRID_REFUSAL)):
+        choose("triton", q, needs_grad=False, dropout=0.0, bias_grad=False, bias_grid=True)
+    installed = dataclasses.replace(spec, devices=frozenset({"cpu"}), unavailable=lambda: None)  # as on a GPU
+    monkeypatch.setitem(KERNELS, "triton", installed)
+    monkeypatch.setitem(AUTO_ORDER, "cpu", ["triton", "blockwise"])
+    assert choose("auto", q, needs_grad=True, dropout=0.1, bias_grad=True).name == "triton"
+    assert choose("auto", q, needs_grad=True, dropout=0.1, bias_grad=True, bias_grid=True).name == "blockwise"
+    assert installed.refusal(q, needs_grad=True, dropout=0.1, bias_grad=True, bias_grid=True) == GRID_REFUSAL
 
 
 def test_a_refusal_names_every_reason():

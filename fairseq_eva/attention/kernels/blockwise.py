@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..layout import additive_mask
 from . import softmax_dropout
-from .contract import KernelSpec, register, zero_unseen
+from .contract import KernelSpec, register, rpe_grid, zero_unseen
 
 # logits a group holds at most (heads x queries x keys). CPU (where the C loop does not run): 4 MiB of float32, so
 # that the passes over a group's logits run in the last-level cache; CUDA: 64 MiB, few kernel launches for a
@@ -218,8 +218,8 @@ class BlockwiseAttention(torch.autograd.Function):
 
 
 def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropout, seed, scale, implementation=GROUPS):
-    """The kernel contract (contract.py) by blocks: the RPE table as the grid every block shares."""
-    grid = None if rpe is None else rpe[:, layout.offset_index(q.device)]  # H x w x width
+    """The kernel contract (contract.py) by blocks: the RPE as the grid every block shares."""
+    grid = rpe_grid(rpe, layout, q.device)  # H x w x width
     seed = 0 if seed is None else int(seed)  # the masks are drawn from a Python int (on CUDA: a wait for the device)
     if lengths is None:
         lengths = torch.full((q.size(0),), q.size(2), device=q.device)

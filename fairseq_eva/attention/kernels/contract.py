@@ -2,10 +2,12 @@
 
 A kernel computes EVA's joint softmax for every query block of a BlockLayout (layout.py):
 
-    p   = softmax( [ scale q_n.k_m + rpe[h, m - n]  for the local keys m of n's block ]
+    p   = softmax( [ scale q_n.k_m + bias(h, n, m)  for the local keys m of n's block ]
                    ++ [ scale q_n.k~_c  for the chunk summaries c the block sees ] )
     y_n = sum_m p_m Z_m v_m + sum_c p_c Z_c beta_c
 
+bias(h, n, m) the relative position bias: by the offset m - n (rpe H x num_offsets, layout.offset_index), or by
+place (rpe H x w x width: rpe[h, i, j], i n's place in its block, j m's among the block's local keys; rpe_grid),
 Z the attention-dropout mask (0 with probability p, else 1 / (1 - p); local and chunk weights alike), and
 returns (y, lse): y B x H x N x d and lse, B x H x N in float32 at least, the natural log-sum-exp of each
 query's logits (before dropout; unspecified for a query that sees no key). Keys a query does not see get no
@@ -37,7 +39,9 @@ class Kernel(Protocol):
         k_summary: Optional[Tensor],  # B x H x C x d, the chunk key summaries k~ (None: no chunks)
         beta: Optional[Tensor],  # B x H x C x d, the chunk value summaries
         chunk_ok: Optional[Tensor],  # B x C bool: False hides a summary (a chunk with no real token); None: all shown
-        rpe: Optional[Tensor],  # H x layout.num_offsets: the local bias by relative offset (see layout.offset_index)
+        # the local bias: H x layout.num_offsets by relative offset (see layout.offset_index), or H x w x width by
+        # place (the grid every block shares: a per-place table); rpe_grid gives the grid of either
+        rpe: Optional[Tensor],
         lengths: Optional[Tensor],  # B integers: keys at or after lengths[b] are hidden; None: all N keys are real
         dropout: float,  # attention dropout probability (0 in evaluation)
         # the dropout seed, a 1-element int64 tensor on q's device (None when dropout is 0; an int is taken too): the
@@ -64,13 +68,13 @@ class KernelSpec:
     unavailable: Callable[[], Optional[str]] = lambda: None
     summary: str = ""
     # what depends on the call beyond the fields above (torch's fused CPU kernel takes no dropout, its CUDA one
-    # does): check(q, layout=..., needs_grad=..., dropout=..., bias_grad=...) -> a reason, or None
+    # does): check(q, layout=..., needs_grad=..., dropout=..., bias_grad=..., bias_grid=...) -> a reason, or None
     check: Callable[..., Optional[str]] = lambda q, **call: None
 
-    def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
+    def refusal(self, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool, bias_grid: bool = False,
                 layout: Optional[BlockLayout] = None, compiling: bool = False) -> Optional[str]:
         """Every reason this kernel cannot compute this call, joined by "; ", or None when it can (layout None: any
-        layout): a user who fixes one learns the others at once."""
+        layout): a user who fixes one learns the others at once. bias_grid: the bias is a per-place grid (rpe)."""
         if compiling and not self.compiles:  # its other checks may not trace either
             return "torch.compile cannot trace it"
         reasons = []
@@ -85,7 +89,8 @@ class KernelSpec:
             reasons.append("it takes no attention dropout")
         if bias_grad and not self.bias_grad:
             reasons.append("it gives no gradient to a trainable relative position bias")
-        reasons.append(self.check(q, layout=layout, needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad))
+        reasons.append(self.check(q, layout=layout, needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad,
+                                  bias_grid=bias_grid))
         reasons.append(self.unavailable())
         reasons = [reason for reason in reasons if reason is not None]
         return "; ".join(reasons) if reasons else None
@@ -107,13 +112,14 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool,
+def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad: bool, bias_grid: bool = False,
            layout: Optional[BlockLayout] = None, compiling: Optional[bool] = None) -> KernelSpec:
     """The kernel that computes this call: `name`, or for "auto" the first of AUTO_ORDER[device] that accepts it
     (under torch.compile, or for a call about to be compiled, one that it traces). A named kernel that cannot raises
     a ValueError that says why."""
     compiling = torch.compiler.is_compiling() if compiling is None else compiling
-    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad, layout=layout, compiling=compiling)
+    call = dict(needs_grad=needs_grad, dropout=dropout, bias_grad=bias_grad, bias_grid=bias_grid, layout=layout,
+                compiling=compiling)
     if name != "auto":
         if name not in KERNELS:
             raise ValueError(f"unknown EVA kernel {name!r}; one of: auto, {', '.join(KERNELS)}")
@@ -130,6 +136,18 @@ def choose(name: str, q: Tensor, *, needs_grad: bool, dropout: float, bias_grad:
             return KERNELS[candidate]
         tried.append(f"{candidate}: {reason}")
     raise ValueError(f"no EVA kernel runs on {q.device.type} with {q.dtype}: " + " | ".join(tried))
+
+
+def rpe_grid(rpe: Optional[Tensor], layout: BlockLayout, device=None) -> Optional[Tensor]:
+    """The contract's rpe as the H x w x width grid every block shares: a per-place grid as it is, an offset table
+    gathered by layout.offset_index (autograd takes either's gradient back to it); None stays None."""
+    if rpe is None:
+        return None
+    if rpe.dim() == 3:
+        if rpe.shape[1:] != (layout.window, layout.width):
+            raise ValueError(f"a per-place RPE grid must be heads x {layout.window} x {layout.width}, not {tuple(rpe.shape)}")
+        return rpe
+    return rpe[:, layout.offset_index(device)]
 
 
 def zero_unseen(y: Tensor, lse: Tensor, dtype: torch.dtype) -> Tensor:

@@ -32,7 +32,10 @@ def reference_attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, leng
         for n in range(N):
             local, chunks = visible_keys(layout, n, length, C, None if chunk_ok is None else chunk_ok[b])
             logits = [scale * (k[b][:, local] @ q[b, :, n, :, None]).squeeze(-1)]  # H x |local|
-            if rpe is not None:
+            if rpe is not None and rpe.dim() == 3:  # by place: n's in its block, m's among the block's local keys
+                first = n // layout.window * layout.window + layout.offset
+                logits[0] = logits[0] + rpe[:, n % layout.window, [m - first for m in local]].to(q.dtype)
+            elif rpe is not None:  # by offset
                 logits[0] = logits[0] + rpe[:, [m - n - first_offset for m in local]].to(q.dtype)
             values = [v[b][:, local]]
             if chunks:

@@ -12,7 +12,7 @@ def attention(*, layout, **call):
     return (causal if layout.causal else bidirectional).attention(layout=layout, **call)
 
 
-def _check(q, *, layout, needs_grad, dropout, bias_grad):
+def _check(q, *, layout, needs_grad, dropout, bias_grad, bias_grid):
     return ops.refusal(q, dropout=dropout, bias_grad=bias_grad)
 
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ...layout import additive_mask, lowest
-from ..contract import zero_unseen
+from ..contract import rpe_grid, zero_unseen
 from . import ops as fused_ops
 
 
@@ -37,7 +37,7 @@ def _bias(layout, q, rpe, lengths, chunk_ok, C, nb):
     out_of_sequence = layout.offset < 0 or lengths is not None
     if rpe is None and not out_of_sequence and chunk_ok is None:
         return None
-    bias = q.new_zeros(1, 1, 1, width) if rpe is None else rpe[:, layout.offset_index(q.device)].to(q.dtype)[None]
+    bias = q.new_zeros(1, 1, 1, width) if rpe is None else rpe_grid(rpe, layout, q.device).to(q.dtype)[None]
     if out_of_sequence:
         key_pos = layout.key_positions(0, nb, q.device)  # nb x width
         length = N if lengths is None else lengths[:, None, None]

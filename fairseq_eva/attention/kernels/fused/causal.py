@@ -20,7 +20,7 @@ mask.
 import torch
 
 from ...layout import additive_mask, lowest
-from ..contract import zero_unseen
+from ..contract import rpe_grid, zero_unseen
 from . import ops as fused_ops
 
 
@@ -171,7 +171,7 @@ def attention(*, layout, q, k, v, k_summary, beta, chunk_ok, rpe, lengths, dropo
     w = layout.window
     own_bias = prev_bias = None
     if rpe is not None:
-        grid = rpe[:, layout.offset_index(q.device)].to(q.dtype)  # H x w x width
+        grid = rpe_grid(rpe, layout, q.device).to(q.dtype)  # H x w x width
         own_bias = grid[None, :, :, -w:].masked_fill(layout.after_query(q.device)[:, -w:], lowest(q.dtype))
         prev_bias = grid[None, :, :, :w] if layout.overlap else None
     if k_summary is not None:  # one dtype for the kernels (autocast gives float32 summaries)

@@ -43,6 +43,13 @@ def _unavailable():
     return None
 
 
+def _check(q, *, bias_grid, **call):
+    """Its programs read the bias from the offset table (a row of it per query): a per-place grid has no such row."""
+    if bias_grid:
+        return "it takes the relative position bias by offset only, not a per-place table (--eva-rpe-type table)"
+    return None
+
+
 TRITON = register(KernelSpec(
     name="triton",
     run=triton_attention,
@@ -51,5 +58,6 @@ TRITON = register(KernelSpec(
     dropout=True,
     bias_grad=True,
     unavailable=_unavailable,
+    check=_check,
     summary="one fused Triton kernel, forward and backward (FlashAttention-2 style); CUDA, or the CPU interpreted",
 ))
