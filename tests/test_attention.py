@@ -517,17 +517,18 @@ def test_without_omega_noise_training_equals_evaluation(options):
     torch.testing.assert_close(mod.train()(x), y, **TOL)
 
 
+@pytest.mark.parametrize("rpe_type", ["buckets", "table"])
 @pytest.mark.parametrize("options", [dict(causal=True, window_size=4, chunk_size=2),
                                      dict(causal=True, window_size=4, chunk_size=4, overlap=True),
                                      dict(window_size=4, num_chunks=3), dict(window_size=4, chunk_size=3, overlap=True)],
                          ids=str)
-def test_chunk_logit_offset_is_carried_by_the_local_bias(options, kernel):
-    """chunk_logit_offset=b adds -b to the relative position bias. That layer computes what the reference
-    computes with every chunk logit raised by b, and every parameter gets the same gradient, so training (Adam,
-    no weight decay) takes the same steps in both."""
+def test_chunk_logit_offset_is_carried_by_the_local_bias(options, rpe_type, kernel):
+    """chunk_logit_offset=b adds -b to the relative position bias (buckets or per-place table alike). That layer
+    computes what the reference computes with every chunk logit raised by b, and every parameter gets the same
+    gradient, so training (Adam, no weight decay) takes the same steps in both."""
     b = math.log(3)
-    plain = make(use_rpe=True, kernel=kernel, **options)
-    shifted = make(use_rpe=True, kernel=kernel, chunk_logit_offset=b, **options)  # the same parameters
+    plain = make(use_rpe=True, rpe_type=rpe_type, kernel=kernel, **options)
+    shifted = make(use_rpe=True, rpe_type=rpe_type, kernel=kernel, chunk_logit_offset=b, **options)  # the same parameters
     x = inputs(2, 13)
     expected = torch.stack([reference_eva(plain, row, chunk_logit_offset=b) for row in x])
     y = shifted(x)
@@ -743,3 +744,128 @@ def test_proposal_mean_average_layer_equals_reference(options, kernel):
 def test_proposal_mean_is_checked():
     with pytest.raises(ValueError, match="proposal_mean must be one of sum, average; got 'half'"):
         EVAAttention(16, 2, num_chunks=2, proposal_mean="half")
+
+
+# ------------------------------------------------------------------ 8. a per-place bias table (rpe_type="table")
+
+
+PLACE_CASES = [
+    dict(window_size=4, num_chunks=3),
+    dict(window_size=4, num_chunks=3, overlap=True),
+    dict(causal=True, window_size=4, chunk_size=2),
+    dict(causal=True, window_size=4, chunk_size=2, overlap=True),
+]
+
+
+def place_table(**options):
+    """A layer with a random per-place bias table (make randomises it at std 1)."""
+    return make(use_rpe=True, rpe_type="table", **options)
+
+
+@pytest.mark.parametrize("options", PLACE_CASES, ids=str)
+def test_place_table_matches_definition(options, kernel):
+    """rpe_type="table": the bias of query n and local key m is table[h, n's place in its block, m's place in n's
+    window], the same for every block; the layer equals the per-query definition, a left-padded row too."""
+    mod = place_table(kernel=kernel, **options)
+    x = inputs(2, 13)  # not a multiple of the window
+    expected = torch.stack([reference_eva(mod, row) for row in x])
+    torch.testing.assert_close(mod(x), expected, **TOL)
+    mask = real_mask([13, 9], 13, "left")
+    torch.testing.assert_close(mod(x, key_padding_mask=mask)[1, 4:], reference_eva(mod, x[1, 4:]), **TOL)
+
+
+def test_place_table_is_not_a_function_of_the_offset():
+    """Guard for the test above: two places of one offset have their own biases, and the output sees them."""
+    mod = place_table(window_size=4, num_chunks=3)
+    x = inputs(1, 13)
+    y = mod(x)
+    with torch.no_grad():
+        mod.rpe.bias[:, 1, 1] += 3.0  # query place 1, key place 1 (offset 0); place (0, 0) keeps its value
+    assert (mod(x) - y).abs().max() > 1e-3
+    assert mod.rpe(0, 0).ne(mod.rpe(1, 1)).all()
+
+
+@pytest.mark.parametrize("options", PLACE_CASES, ids=str)
+def test_place_table_evaluates_on_the_fused_cpu_kernel(options):
+    """Without autograd the table needs no gradient: torch's fused CPU kernel (which gives a bias none) evaluates the
+    layer, and equals the definition."""
+    mod = place_table(**options)
+    mod.kernel = "fused"
+    x = inputs(2, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(mod(x), torch.stack([reference_eva(mod, row) for row in x]), **TOL)
+    with pytest.raises(ValueError, match="fused CPU kernel gives no gradient to a trainable relative position bias"):
+        mod(x)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_place_table_padded_batch_equals_each_sequence_alone(causal, kernel):
+    """Lengths 37, 23, 5, 1 left-padded to 37: each row's places are counted from its own first real token."""
+    options = dict(causal=True, window_size=4, chunk_size=2) if causal else dict(window_size=4, num_chunks=3)
+    _check_padded_batch({**options, "overlap": True, "use_rpe": True, "rpe_type": "table", "kernel": kernel}, "left")
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("chunk", [0, 2])
+def test_place_table_incremental_decoding_matches_full_forward(chunk, overlap, kernel):
+    """Decoding takes the table's row of the token's place in its block: token by token equals the forward."""
+    mod = place_table(kernel=kernel, causal=True, window_size=8, chunk_size=chunk, overlap=overlap)
+    x = inputs(2, 37)
+    with torch.no_grad():
+        torch.testing.assert_close(_decode(mod, x, {}), mod(x), **TOL)
+        torch.testing.assert_close(_decode(mod, x, {}, step=5), mod(x), **TOL)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_place_table_causal_gradient_of_the_past_wrt_the_future_is_zero(overlap, kernel):
+    """No leakage through the table: d y_n / d x_m is zero for m > n (training, right padding)."""
+    N = 19
+    mod = place_table(causal=True, window_size=4, chunk_size=2, overlap=overlap, train=True, kernel=kernel)
+    x = inputs(2, N).repeat(N, 1, 1).requires_grad_()  # row 2 n + b: sequence b, output n
+    mask = _padding_mask("right", 2, N).repeat(N, 1)
+    n = torch.arange(N).repeat_interleave(2)
+    picked = mod(x, key_padding_mask=mask)[torch.arange(2 * N), n]
+    (g,) = torch.autograd.grad((picked * torch.randn_like(picked)).sum(), x)
+    future = torch.arange(N)[None, :] > n[:, None]
+    assert not (future & (g.abs().sum(-1) > 0)).any()
+
+
+@pytest.mark.parametrize("options", [PLACE_CASES[1], PLACE_CASES[3]], ids=str)
+def test_place_table_gradient_passes_gradcheck(options):
+    """The table's gradient (summed over the blocks that share it), float64 gradcheck of a tiny layer with a padded
+    row, on the blockwise kernel (the float64 one that gives the bias a gradient on the CPU)."""
+    mod = place_table(embed=8, kernel="blockwise", **options)
+    x = inputs(2, 10, embed=8)
+    mask = real_mask([10, 7], 10, "left")
+
+    def layer(table):
+        return torch.func.functional_call(mod, {"rpe.bias": table}, (x,), {"key_padding_mask": mask})
+
+    assert torch.autograd.gradcheck(layer, (mod.rpe.bias.detach().clone().requires_grad_(),))
+    mod(x, key_padding_mask=mask).pow(2).sum().backward()
+    assert mod.rpe.bias.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["eva", "local"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_place_table_has_window_by_width_by_heads_parameters(name, causal, overlap):
+    """w x width x H learned biases a layer (width = w, or 2w with overlap), for EVA and local attention alike."""
+    from fairseq_eva.attention import registry
+    from fairseq_eva.attention.relative_position import PlaceBias
+
+    chunks = {} if name == "local" else dict(num_chunks=0, chunk_size=2) if causal else dict(num_chunks=2)
+    mod = registry.build(name, 16, 2, causal=causal, window_size=4, overlap=overlap, rpe_type="table", **chunks)
+    assert isinstance(mod.rpe, PlaceBias) and dict(mod.rpe.named_parameters())["bias"].shape == (2, 4, 8 if overlap else 4)
+    assert sum(p.numel() for p in mod.rpe.parameters()) == 4 * (8 if overlap else 4) * 2
+    assert mod.rpe.bias.std() < 0.1  # initialised as the buckets: normal, std 0.02
+    assert type(registry.build(name, 16, 2, causal=causal, window_size=4, **chunks).rpe).__name__ == "RelativePositionBias"
+
+
+def test_place_table_needs_the_bias_inside_a_window():
+    for options in (dict(window_size=4, num_chunks=2, use_rpe=False), dict(window_size=0, num_chunks=2)):
+        with pytest.raises(ValueError, match=r"^rpe_type table is a bias inside the window: it needs use_rpe true and "
+                                             r"window_size > 0$"):
+            EVAAttention(16, 2, rpe_type="table", **options)
+    with pytest.raises(ValueError, match="rpe_type must be one of buckets, table; got 'offsets'"):
+        EVAAttention(16, 2, window_size=4, rpe_type="offsets")

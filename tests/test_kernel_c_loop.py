@@ -78,17 +78,18 @@ def test_the_c_loop_equals_the_blockwise_kernel(layout, dropout, padded, c_loop,
         assert (attention_and_gradients("c_loop", layout, 0.0, padded)[0] - compiled[0]).abs().max() > 0.1
 
 
+@pytest.mark.parametrize("rpe_type", ["buckets", "table"])
 @pytest.mark.parametrize(
     "options",
     [dict(window_size=4, num_chunks=3, overlap=True), dict(causal=True, window_size=4, chunk_size=2, overlap=True)],
     ids=["bidirectional", "causal"],
 )
-def test_the_c_loop_matches_the_definition(options, c_loop, monkeypatch):
-    """A float32 layer in training with a trainable RPE, on the C loop: its output and the gradients of the
-    input and of every parameter equal autograd through the per-query definition in float64, to float32
-    rounding."""
+def test_the_c_loop_matches_the_definition(options, rpe_type, c_loop, monkeypatch):
+    """A float32 layer in training with a trainable RPE (T5 buckets or a per-place table), on the C loop: its output
+    and the gradients of the input and of every parameter equal autograd through the per-query definition in
+    float64, to float32 rounding."""
     monkeypatch.setattr(torch, "randn_like", lambda t, **kw: fixed_noise(t.shape[-3:]).to(t).expand_as(t))
-    reference = make(train=True, use_rpe=True, **options)  # float64
+    reference = make(train=True, use_rpe=True, rpe_type=rpe_type, **options)  # float64
     layer = copy.deepcopy(reference).float()
     layer.kernel = "c_loop"
     x = inputs(2, 21, requires_grad=True)

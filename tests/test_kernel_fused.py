@@ -61,15 +61,16 @@ def outputs_and_gradients(run, call, wrt):
     return [y, lse, *torch.autograd.grad((y * weights).sum(), [call[name] for name in wrt])]
 
 
+@pytest.mark.parametrize("bias", ["offsets", "places"])
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
-def test_the_cuda_form_equals_the_reference_kernel(layout, padded):
-    """No dropout: y, lse and the gradients of q, k, v, the summaries and the RPE table equal the reference
-    kernel's in float64; causal with chunk parts of several blocks under the staircase mask. (Causal takes no
-    lengths: pads come after every real query.)"""
+def test_the_cuda_form_equals_the_reference_kernel(layout, padded, bias):
+    """No dropout: y, lse and the gradients of q, k, v, the summaries and the RPE (a table by offset, or a
+    per-place grid) equal the reference kernel's in float64; causal with chunk parts of several blocks under the
+    staircase mask. (Causal takes no lengths: pads come after every real query.)"""
     if padded and layout.causal:
         pytest.skip("the fused causal kernel takes no lengths")
-    call = contract_inputs(layout, padded, F64)
+    call = contract_inputs(layout, padded, F64, grid=bias == "places")
     wrt = ["q", "k", "v", "k_summary", "beta", "rpe"]
     fused = outputs_and_gradients(cuda_form, call, wrt)
     reference = outputs_and_gradients(KERNELS["reference"].run, call, wrt)

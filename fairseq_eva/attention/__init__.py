@@ -4,12 +4,13 @@ from . import registry
 from .base import ProjectedAttention
 from .chunks import ChunkSummaries, proposal_projection
 from .eva import EVAAttention, check_options
-from .relative_position import RelativePositionBias, relative_position_bucket
+from .relative_position import PlaceBias, RelativePositionBias, relative_position_bucket
 from .softmax import SoftmaxAttention
 
 __all__ = [
     "ChunkSummaries",
     "EVAAttention",
+    "PlaceBias",
     "ProjectedAttention",
     "RelativePositionBias",
     "SoftmaxAttention",

@@ -6,7 +6,8 @@ visible chunk (the paper's Eq. 13 with one sample per chunk; docs/design.md, "Wh
     p   = softmax( [ q_n.k_m / sqrt(d) + b(m - n)  for m in E^n ]  ++  [ q_n.k~_c / sqrt(d)  for visible c ] )
     y_n = sum_{m in E^n} p_m v_m  +  sum_{visible c} p_c beta_c
 
-with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bias (relative_position.py).
+with k~_c, beta_c the chunk summaries (chunks.py) and b the relative position bias (relative_position.py: T5
+buckets of m - n, or with rpe_type "table" a learned bias per place of n and m in the block).
 Which keys a block of queries sees is layout.py's BlockLayout. The layer keeps the projections, the chunk
 summaries, the padding layout and incremental decoding; the joint softmax is a kernel's (kernels/, one
 contract, chosen by `kernels.choose` once per call: docs/design.md, "Kernels"). Window 0 (bidirectional,
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 from .chunks import PROPOSAL_MEANS, PROPOSALS, ChunkSummaries, segments
 from .kernels import KERNELS, choose
 from .layout import BlockLayout, additive_mask, tensor_cache, visible_causal_chunks
-from .relative_position import RelativePositionBias, check_rpe
+from .relative_position import RPE_TYPES, PlaceBias, RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
 COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's mode for the layer's attention ("none": eager)
@@ -76,7 +77,7 @@ def _pad_positions(t, before, after):
 def check_options(
     embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
     use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
-    chunk_logit_offset=0.0, compile="none", proposal_mean="sum", name=lambda field: field,
+    chunk_logit_offset=0.0, compile="none", proposal_mean="sum", rpe_type="buckets", name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -104,6 +105,9 @@ def check_options(
     need(chunk_logit_offset == 0 or (use_rpe and window_size > 0 and (num_chunks or chunk_size)),
          f"{offset} ({chunk_logit_offset}) needs chunks and the relative position bias inside a window: "
          f"it is carried by that bias ({name('use_rpe')} true, {name('window_size')} > 0)")
+    need(rpe_type in RPE_TYPES, f"{name('rpe_type')} must be one of {', '.join(RPE_TYPES)}; got {rpe_type!r}")
+    need(rpe_type == "buckets" or (use_rpe and window_size > 0),
+         f"{name('rpe_type')} table is a bias inside the window: it needs {name('use_rpe')} true and {name('window_size')} > 0")
     need(kernel == "auto" or kernel in KERNELS,
          f"{name('kernel')} must be one of auto, {', '.join(KERNELS)}; got {kernel!r}")
     need(compile in COMPILE_MODES, f"{name('compile')} must be one of {', '.join(COMPILE_MODES)}; got {compile!r}")
@@ -120,7 +124,7 @@ def check_options(
         need(window_size > 0 or num_chunks or chunk_size, f"{window} 0 needs chunks: set {chunks[0]} or {chunks[1]}")
         need(not overlap or (window_size > 0 and window_size % 2 == 0),
              f"{name('overlap')} needs an even {window} > 0, got {window_size}")
-    if use_rpe and window_size > 0:
+    if use_rpe and window_size > 0 and rpe_type == "buckets":
         check_rpe(rpe_num_buckets, rpe_max_distance, not causal, name)
 
 
@@ -141,6 +145,9 @@ class EVAAttention(nn.Module):
     bidirectional code; docs/design.md, "Where this differs from the paper and the authors' code").
     compile: "none" (eager), or torch.compile's mode ("default", "reduce-overhead") for `attention`, compiled with
     fullgraph=True; the projections stay eager.
+    rpe_type: the relative position bias (use_rpe): "buckets" (T5 buckets of the offset key minus query) or "table"
+    (a learned bias per head, query place and local key place, H x w x width: the authors' masked-LM local attention
+    bias; relative_position.PlaceBias).
     """
 
     def __init__(
@@ -163,13 +170,14 @@ class EVAAttention(nn.Module):
         chunk_logit_offset=0.0,
         compile="none",
         proposal_mean="sum",
+        rpe_type="buckets",
     ):
         super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
             rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
-            chunk_logit_offset=chunk_logit_offset, compile=compile, proposal_mean=proposal_mean,
+            chunk_logit_offset=chunk_logit_offset, compile=compile, proposal_mean=proposal_mean, rpe_type=rpe_type,
         )
         self.kernel = kernel
         self.compile = compile
@@ -194,7 +202,9 @@ class EVAAttention(nn.Module):
         if num_chunks or chunk_size:
             self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise, proposal_mean)
         self.rpe = None
-        if use_rpe and window_size > 0:
+        if use_rpe and window_size > 0 and rpe_type == "table":
+            self.rpe = PlaceBias(num_heads, window_size, self._layout().width, shift=-chunk_logit_offset)
+        elif use_rpe and window_size > 0:
             self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance,
                                             shift=-chunk_logit_offset)
         self.dropout = nn.Dropout(dropout)
@@ -223,6 +233,12 @@ class EVAAttention(nn.Module):
         qkv = F.linear(x, weight, bias).view(B, N, 3, self.num_heads, self.head_dim)
         # (unbind's backward then stacks the gradients straight into the product's layout, with no further copy)
         return tuple(t.transpose(1, 2) for t in qkv.unbind(2))
+
+    def _layout(self):
+        """The BlockLayout of the local keys (window > 0)."""
+        if self.causal:
+            return BlockLayout.causal_blocks(self.window_size, self.overlap, self.chunk_size)
+        return BlockLayout.bidirectional(self.window_size, self.overlap)
 
     @property
     def chunk_logit_offset(self):
@@ -270,7 +286,8 @@ class EVAAttention(nn.Module):
             return self.attention
         grad = torch.is_grad_enabled() and q.requires_grad
         rpe_grad = grad and self.rpe is not None and any(p.requires_grad for p in self.rpe.parameters())
-        choose(self.kernel, q, needs_grad=grad, dropout=self._dropout_p(), bias_grad=rpe_grad, compiling=True)
+        choose(self.kernel, q, needs_grad=grad, dropout=self._dropout_p(), bias_grad=rpe_grad,
+               bias_grid=isinstance(self.rpe, PlaceBias), compiling=True)
         return functools.partial(compiled_attention(self.compile), self)
 
     def _split_heads(self, x):
@@ -284,16 +301,20 @@ class EVAAttention(nn.Module):
         """Fused softmax attention; bias: an additive mask that broadcasts to the scores."""
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=self._dropout_p(), scale=self.scale)
 
-    def _rpe_bias(self, relative_position):
-        return self.rpe(relative_position.to(torch.long)).unsqueeze(0)  # 1 x H x ... (broadcast over blocks)
+    def _rpe_bias(self, i, relative_position):
+        """1 x H x ... biases of query place i in its block against local keys at these offsets (key minus query)."""
+        if isinstance(self.rpe, PlaceBias):  # by place: the key's among the block's local keys
+            return self.rpe(i, relative_position + i - self._layout().offset).unsqueeze(0)
+        return self.rpe(relative_position.to(torch.long)).unsqueeze(0)  # (broadcast over blocks)
 
     def _kernel(self, layout, q, k, v, k_summary=None, beta=None, chunk_ok=None, lengths=None):
         """The joint softmax by the kernel `choose` picks for this call (kernels/contract.py)."""
-        rpe = None if self.rpe is None else self.rpe.table(layout, q.device)  # H x num_offsets
+        rpe = None if self.rpe is None else self.rpe.table(layout, q.device)  # H x num_offsets, or H x w x width
         dropout = self._dropout_p()
         needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, k_summary, beta))
-        bias_grad = rpe is not None and rpe.requires_grad
-        spec = choose(self.kernel, q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
+        bias_grad = torch.is_grad_enabled() and rpe is not None and rpe.requires_grad  # (a per-place table is a leaf)
+        spec = choose(self.kernel, q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad,
+                      bias_grid=rpe is not None and rpe.dim() == 3, layout=layout)
         # drawn on the device, so the host need not wait for it; torch.manual_seed replays it
         seed = torch.randint(2**62, (1,), device=q.device) if dropout > 0 else None
         y, _ = spec.run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=chunk_ok, rpe=rpe,
@@ -309,7 +330,7 @@ class EVAAttention(nn.Module):
         if w == 0:  # every query sees every chunk: plain softmax attention over the summaries
             hidden = None if chunk_ok is None else additive_mask(~chunk_ok, q.dtype)[:, None, None, :]
             return self._sdpa(q, k_summary, beta, hidden)
-        layout = BlockLayout.bidirectional(w, self.overlap)
+        layout = self._layout()
         nb = math.ceil(N / w)
         if nb * w > N:  # queries padded to whole blocks: the keys after N are hidden
             q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
@@ -331,7 +352,7 @@ class EVAAttention(nn.Module):
         kernel gets no lengths."""
         N = q.size(2)
         w, s = self.window_size, self.chunk_size
-        layout = BlockLayout.causal_blocks(w, self.overlap, s)
+        layout = self._layout()
         nb = math.ceil(N / w)
         q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
         k_summary = beta = None
@@ -366,7 +387,7 @@ class EVAAttention(nn.Module):
         if "k_prev" in cache:
             keys, vals, offset = torch.cat([cache["k_prev"], k_block], 2), torch.cat([cache["v_prev"], v_block], 2), -w
         relative = torch.arange(keys.size(2), device=x.device)[None, :] + offset - i  # 1 x width
-        bias = self._rpe_bias(relative).to(q.dtype) if self.rpe is not None else None  # 1 x H x 1 x width
+        bias = self._rpe_bias(i, relative).to(q.dtype) if self.rpe is not None else None  # 1 x H x 1 x width
         if "k_chunks" in cache:
             block = cache["k_chunks"].size(2) * s // w  # index of this token's block
             visible = visible_causal_chunks(block, self.overlap, w // s)

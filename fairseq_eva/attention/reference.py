@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from .relative_position import PlaceBias
+
 
 def qkv(mod, x):
     """Per-head queries, keys, values from the module's projections: each B x H x N x d."""
@@ -20,17 +22,22 @@ def merge(mod, y):
     return mod.out_proj(y.transpose(1, 2).reshape(B, N, H * d))
 
 
+def window_start(mod, n):
+    """Where n's local window begins (w / 2 before its block with bidirectional overlap, w causal; perhaps before
+    the sequence): a local key's place is its distance from there."""
+    w = mod.window_size
+    start = (n // w) * w
+    return start - ((w if mod.causal else w // 2) if mod.overlap else 0)
+
+
 def local_set(mod, n, L):
     """E^n for query n of a sequence of L real tokens (docs/design.md, "Blocks and chunks")."""
     w = mod.window_size
     if w == 0:
         return []
-    start = (n // w) * w
     if mod.causal:
-        first = max(0, start - w) if mod.overlap else start
-        return list(range(first, n + 1))
-    half = w // 2 if mod.overlap else 0
-    return [m for m in range(start - half, start + w + half) if 0 <= m < L]
+        return list(range(max(0, window_start(mod, n)), n + 1))
+    return [m for m in range(window_start(mod, n), window_start(mod, n) + (2 * w if mod.overlap else w)) if 0 <= m < L]
 
 
 def reference_eva(mod, x, noise=None, chunk_logit_offset=0.0):
@@ -64,7 +71,9 @@ def reference_eva(mod, x, noise=None, chunk_logit_offset=0.0):
         E = local_set(mod, n, L)
         visible = [(ks, b) for P, ks, b in summaries if not mod.causal or max(P) < min(E)]
         logits = (q[:, n : n + 1] * k[:, E]).sum(-1) * scale  # H x |E|
-        if mod.rpe is not None and E:
+        if isinstance(mod.rpe, PlaceBias) and E:  # by place: n's in its block, m's in n's window
+            logits = logits + mod.rpe(n % mod.window_size, torch.tensor(E) - window_start(mod, n)).to(x.dtype)
+        elif mod.rpe is not None and E:  # by offset m - n
             logits = logits + mod.rpe(torch.tensor(E) - n).to(x.dtype)
         logits = [logits] + [(q[:, n] * ks).sum(-1, keepdim=True) * scale + chunk_logit_offset for ks, _ in visible]
         values = torch.cat([v[:, E]] + [b[:, None] for _, b in visible], dim=1)  # H x K x d

@@ -15,6 +15,8 @@ import dataclasses
 import importlib
 from typing import Any, Callable, Optional, Tuple
 
+from .relative_position import RPE_TYPES
+
 BIDIRECTIONAL, CAUSAL = "bidirectional", "causal"
 
 
@@ -123,7 +125,10 @@ def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=Fals
 _EVA_OPTIONS = (
     Option("window_size", int, 256, "size w of the local blocks"),
     Option("overlap", bool, False, "overlapping windows (|E| = 2w)"),
-    Option("use_rpe", bool, True, "T5-style bucketed relative position bias inside the window"),
+    Option("use_rpe", bool, True, "a learned relative position bias inside the window (of rpe_type)"),
+    Option("rpe_type", str, "buckets", "the relative position bias: T5 buckets of the offset, or table: a learned bias "
+           "per head, query place and local key place (the authors' masked-LM local attention; w x |E| x H "
+           "parameters a layer)", choices=RPE_TYPES),
 )
 
 register(

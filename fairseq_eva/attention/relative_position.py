@@ -1,9 +1,12 @@
-"""T5-style bucketed relative position bias, used by EVA inside the local set E only."""
+"""The relative position bias EVA adds inside the local set E only: T5-style buckets of the offset key minus query
+(RelativePositionBias), or a learned bias per place in the block (PlaceBias)."""
 
 import math
 
 import torch
 from torch import nn
+
+RPE_TYPES = ("buckets", "table")  # EVAAttention's rpe_type: RelativePositionBias, PlaceBias
 
 
 def relative_position_bucket(relative_position, bidirectional, num_buckets, max_distance):
@@ -75,3 +78,28 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, relative_position):
         return self.values(self.bucket(relative_position))
+
+
+class PlaceBias(nn.Module):
+    """One learned scalar per (head, query place i in its block, local key place j among the block's local keys):
+    an H x w x width table, the same for every block and not a function of j - i. The authors' masked-LM local
+    attention bias (their `use_rpe`); w x width x H parameters. `shift` is a constant added to it, as in
+    RelativePositionBias."""
+
+    def __init__(self, num_heads, window, width, shift=0.0):
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(num_heads, window, width))
+        self.shift = shift
+        nn.init.normal_(self.bias, std=0.02)
+
+    def table(self, layout, device):
+        """The kernels' bias as a per-place grid (H x layout.window x layout.width)."""
+        if self.bias.shape[1:] != (layout.window, layout.width):
+            raise ValueError(f"a per-place bias of {tuple(self.bias.shape[1:])} places cannot serve a layout of "
+                             f"{layout.window} x {layout.width}")
+        return self.bias + self.shift if self.shift else self.bias
+
+    def forward(self, query_place, key_place):
+        """H x ... biases of (query place, local key place) pairs (broadcast together)."""
+        values = self.bias[:, query_place, key_place]
+        return values + self.shift if self.shift else values
