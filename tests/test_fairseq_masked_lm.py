@@ -50,6 +50,32 @@ def test_masked_lm_trains_and_validates_roberta_eva(trained):
     assert (attn.causal, attn.window_size, attn.overlap, attn.num_chunks) == (False, 16, False, 4)
 
 
+def test_local_attention_with_a_per_place_table_trains_and_reloads(tmp_path_factory):
+    """--encoder-attention local --eva-rpe-type table (the authors' masked-LM local attention, with its bias of one
+    scalar per head, query place and key place): a few updates train it, and the checkpoint reloads that table,
+    w x w x H = 16 x 16 x 4 parameters a layer, which the updates after the first moved."""
+    from fairseq_eva.attention import PlaceBias
+
+    data = lm_data(tmp_path_factory)
+    save = tmp_path_factory.mktemp("mlm_table_ckpt")
+    proc = run(
+        "fairseq-train", data["bin"], "--user-dir", USER_DIR, "--cpu", "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", "roberta_eva_tiny", "--encoder-attention", "local", "--eva-rpe-type", "table",
+        "--tokens-per-sample", 64, "--sample-break-mode", "none", "--optimizer", "adam", "--lr", "3e-3",
+        "--max-tokens", 2048, "--max-update", 3, "--log-format", "json", "--log-interval", 1, "--seed", 1,
+        "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--save-interval-updates", 1, cwd=save,
+    )
+    losses = [r["loss"] for r in json_records(proc.log, "train_inner")]
+    assert len(losses) == 3 and all(is_finite(x) for x in losses)
+    models, _ = checkpoint_utils.load_model_ensemble([str(save / "checkpoint_last.pt")],
+                                                     arg_overrides={"data": str(data["bin"])})
+    attn = models[0].encoder.sentence_encoder.layers[0].self_attn
+    assert (attn.window_size, attn.num_chunks, attn.chunk_size) == (16, 0, 0) and isinstance(attn.rpe, PlaceBias)
+    assert attn.rpe.bias.shape == (4, 16, 16)
+    first = torch.load(save / "checkpoint_1_1.pt", weights_only=True)["model"]
+    assert (first["encoder.sentence_encoder.layers.0.self_attn.rpe.bias"] - attn.rpe.bias).abs().max() > 1e-3
+
+
 @pytest.mark.slow
 def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_block(trained):
     data, save, _ = trained

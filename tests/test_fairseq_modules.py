@@ -252,6 +252,8 @@ def test_lm_rows_differ_only_in_attention():
          "--eva-decoder-chunk-size (3) must divide --eva-decoder-window-size (4)"),
         (TransformerEVAModel, "translation", "transformer_eva_tiny", ["--eva-rpe-max-distance", "3"],
          "--eva-rpe-max-distance (3) is too small"),
+        (TransformerEVAModel, "translation", "transformer_eva_tiny", ["--eva-rpe", "false", "--eva-rpe-type", "table"],
+         "--eva-rpe-type table is a bias inside the window: it needs --eva-rpe true and --eva-window-size > 0"),
         (TransformerEVAModel, "translation", "transformer_eva_tiny", ["--attention-dropout", "1.5"],
          "--attention-dropout must be in [0, 1)"),
         (RobertaEVAModel, "masked_lm", "roberta_eva_tiny", ["--encoder-attention-heads", "5"],
@@ -433,6 +435,43 @@ def test_eva_chunk_logit_offset_reaches_every_eva_self_attention(model_cls, task
             assert abs(m.rpe(torch.arange(-8, 9)).mean().item() - mean) < 0.05
     with pytest.raises(EVAOptionError, match="--eva-chunk-logit-offset .* needs chunks .*--eva-rpe true"):
         build(model_cls, task, arch, "--eva-chunk-logit-offset", "1", "--eva-rpe", "false", dictionary=d)
+
+
+def test_eva_rpe_type_table_reaches_every_eva_self_attention():
+    """--eva-rpe-type table (hydra: model.eva_rpe_type) gives every EVA layer, encoder and decoder, a per-place bias
+    of w x width x H parameters; the default is the buckets; another value is refused by argparse. fairseq's
+    decoder decodes with it as its full forward computes."""
+    from fairseq_eva.attention import PlaceBias, RelativePositionBias
+
+    d = make_dictionary()
+    extra = ["--decoder-attention", "eva"]
+    default = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, dictionary=d)
+    assert {type(m.rpe) for m in default.modules() if isinstance(m, EVAAttention)} == {RelativePositionBias}
+    model = build(TransformerEVAModel, "translation", "transformer_eva_tiny", *extra, "--eva-rpe-type", "table", dictionary=d)
+    layers = [m for m in model.modules() if isinstance(m, EVAAttention)]
+    assert len(layers) == 4 and {type(m.rpe) for m in layers} == {PlaceBias}
+    for m in layers:  # tiny: 4 heads; encoder window 4 with overlap (width 8), decoder window 4 (width 4)
+        width = 2 * m.window_size if m.overlap else m.window_size
+        assert sum(p.numel() for p in m.rpe.parameters()) == m.window_size * width * m.num_heads == (128 if m.overlap else 64)
+    assert "eva_rpe_type" in known_model_keys(TransformerEVAModel)
+    with pytest.raises(SystemExit):
+        parse("translation", "transformer_eva_tiny", "--eva-rpe-type", "offsets")
+    lm = build(TransformerLanguageModelEVA, "language_modeling", "transformer_lm_eva_tiny", "--eva-window-size", "8",
+               "--eva-chunk-size", "2", "--eva-overlap", "true", "--eva-rpe-type", "table", "--tokens-per-sample", "64",
+               dictionary=d)
+    assert isinstance(lm.decoder.layers[0].self_attn.rpe, PlaceBias)
+    toks = tokens(2, 21, d)
+    with torch.no_grad():
+        torch.testing.assert_close(incremental(lm.decoder, toks), lm.decoder(toks)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_a_pinned_triton_kernel_is_refused_with_a_per_place_table():
+    """The Triton kernel takes the bias by offset only: pinned with --eva-rpe-type table, the model is refused when
+    it is built, saying so and naming the kernels that can run it."""
+    with pytest.raises(EVAOptionError, match=r"--eva-kernel triton cannot run on this machine \(.*it takes the relative "
+                                              r"position bias by offset only, not a per-place table \(--eva-rpe-type "
+                                              r"table\).*\): use one of auto, blockwise, "):
+        build(RobertaEVAModel, "masked_lm", "roberta_eva_tiny", "--eva-kernel", "triton", "--eva-rpe-type", "table")
 
 
 def test_eva_kernel_pins_the_kernel_of_every_eva_self_attention():

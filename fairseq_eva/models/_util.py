@@ -61,14 +61,16 @@ def pinned_kernel_refusal(name, q, **call):
 
 
 def check_kernel_runs_here(args, hydra=False):
-    """A kernel pinned by --eva-kernel that cannot run on this machine (no CUDA, no C compiler, no Triton) is
-    refused now, not at the first batch. What depends on the call (training, dropout) is checked there."""
+    """A kernel pinned by --eva-kernel that cannot run on this machine (no CUDA, no C compiler, no Triton) or this
+    model's bias (a per-place table) is refused now, not at the first batch. What depends on the call (training,
+    dropout) is checked there."""
     name = getattr(args, "eva_kernel", "auto") or "auto"
     if name == "auto":
         return
     device, dtype = _device_and_dtype(args)
+    bias_grid = getattr(args, "eva_rpe_type", "buckets") == "table"  # (validate_eva_args: then every EVA layer has it)
     refused = pinned_kernel_refusal(name, torch.empty(0, device=device, dtype=dtype), needs_grad=False, dropout=0.0,
-                                    bias_grad=False)
+                                    bias_grad=False, bias_grid=bias_grid)
     if refused is None:
         return
     reason, usable = refused
@@ -93,6 +95,7 @@ class PinnedKernelTrains:
 def check_kernel_trains(model):
     """Raise EVAOptionError when an EVA layer's pinned kernel cannot compute a training call of that layer."""
     from ..attention.eva import EVAAttention
+    from ..attention.relative_position import PlaceBias
 
     for layer in model.modules():
         if not isinstance(layer, EVAAttention) or layer.kernel == "auto":
@@ -100,7 +103,8 @@ def check_kernel_trains(model):
         weight = layer.q_proj.weight
         refused = pinned_kernel_refusal(
             layer.kernel, torch.empty(0, device=weight.device, dtype=weight.dtype), needs_grad=True,
-            dropout=layer.dropout.p, bias_grad=layer.rpe is not None and any(p.requires_grad for p in layer.rpe.parameters()))
+            dropout=layer.dropout.p, bias_grad=layer.rpe is not None and any(p.requires_grad for p in layer.rpe.parameters()),
+            bias_grid=isinstance(layer.rpe, PlaceBias))
         if refused is None:
             continue
         reason, usable = refused

@@ -31,6 +31,7 @@ from ..attention import check_options, registry
 from ..attention.chunks import PROPOSAL_MEANS, PROPOSALS
 from ..attention.eva import COMPILE_MODES
 from ..attention.kernels import KERNELS
+from ..attention.relative_position import RPE_TYPES
 from ..errors import UserError
 
 ATTENTION_CHOICES = tuple(registry.choices())
@@ -97,7 +98,12 @@ _COMMON = (
         "its chunk's keys (a diagnostic; the paper's is 0); carried exactly by the relative position bias, "
         "lowered by this value, so it needs --eva-rpe true"))),
     ("--eva-rpe", dict(type=eva_bool, metavar="BOOL", help=(
-        "EVA: T5-style bucketed relative position bias inside the local set (true/false)"))),
+        "EVA: a learned relative position bias inside the local set (true/false), of --eva-rpe-type"))),
+    ("--eva-rpe-type", dict(choices=list(RPE_TYPES), metavar="{" + ",".join(RPE_TYPES) + "}", help=(
+        "EVA: the relative position bias: buckets (default; T5 buckets of the offset key minus query, "
+        "--eva-rpe-num-buckets scalars a head) or table (the authors' masked-LM local attention bias: one learned "
+        "scalar per head, query place in its block and local key place, not a function of the offset; w x width x H "
+        "parameters a layer, width = w, or 2w with --eva-overlap); table needs --eva-rpe true and a window"))),
     ("--eva-rpe-num-buckets", dict(type=int, metavar="INT", help=(
         "EVA: number of relative position buckets (per direction: half, a quarter when bidirectional, are "
         "exact distances)"))),
@@ -201,6 +207,7 @@ def common_defaults(args, window_size, overlap, num_chunks, chunk_size):
     args.eva_proposal_mean = safe_getattr(args, "eva_proposal_mean", "sum")
     args.eva_chunk_logit_offset = safe_getattr(args, "eva_chunk_logit_offset", 0.0)
     args.eva_rpe = safe_getattr(args, "eva_rpe", True)
+    args.eva_rpe_type = safe_getattr(args, "eva_rpe_type", "buckets")
     args.eva_rpe_num_buckets = safe_getattr(args, "eva_rpe_num_buckets", 32)
     args.eva_rpe_max_distance = safe_getattr(args, "eva_rpe_max_distance", 128)
     args.eva_kernel = safe_getattr(args, "eva_kernel", "auto")
@@ -230,6 +237,7 @@ def _attributes(role):
         "proposal_mean": "eva_proposal_mean",
         "chunk_logit_offset": "eva_chunk_logit_offset",
         "use_rpe": "eva_rpe",
+        "rpe_type": "eva_rpe_type",
         "rpe_num_buckets": "eva_rpe_num_buckets",
         "rpe_max_distance": "eva_rpe_max_distance",
         "dropout": "attention_dropout",
@@ -272,6 +280,7 @@ class EVAOptions:
     kernel: str
     compile: str = "none"
     proposal_mean: str = "sum"
+    rpe_type: str = "buckets"
 
     @classmethod
     def from_args(cls, args, role, hydra=False, chunks=True):
@@ -295,6 +304,8 @@ class EVAOptions:
                 value = "none"
             elif field.name == "proposal_mean" and value is None:  # likewise
                 value = "sum"
+            elif field.name == "rpe_type" and value is None:  # likewise
+                value = "buckets"
             elif field.name == "omega_noise" and value is None:  # likewise
                 value = True
             elif field.name == "chunk_logit_offset" and value is None:  # likewise
