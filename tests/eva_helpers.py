@@ -7,6 +7,7 @@ import torch
 from fairseq_eva.attention import EVAAttention
 from fairseq_eva.attention.kernels import KERNELS
 from fairseq_eva.attention.layout import BlockLayout
+from fairseq_eva.attention.relative_position import PlaceBias
 
 F64 = torch.float64
 TOL = dict(atol=1e-6, rtol=0)
@@ -21,12 +22,13 @@ KERNEL_NAMES = [name for name in KERNELS if name != "reference" and name not in 
 
 def skip_unless_it_runs(mod):
     """Skips the test, saying why, where the layer's kernel cannot compute its call on this machine (its dtype,
-    the dropout of its mode, its trainable RPE)."""
+    the dropout of its mode, its trainable RPE, a per-place one)."""
     if mod.kernel == "auto":
         return
     q = torch.empty(1, mod.num_heads, 1, mod.head_dim, dtype=mod.q_proj.weight.dtype, device=mod.q_proj.weight.device)
     dropout = mod.dropout.p if mod.training else 0.0
-    reason = KERNELS[mod.kernel].refusal(q, needs_grad=True, dropout=dropout, bias_grad=mod.rpe is not None)
+    reason = KERNELS[mod.kernel].refusal(q, needs_grad=True, dropout=dropout, bias_grad=mod.rpe is not None,
+                                         bias_grid=isinstance(mod.rpe, PlaceBias))
     if reason is not None:
         pytest.skip(f"kernel {mod.kernel!r}: {reason}")
 
