@@ -44,8 +44,11 @@ transformer_lm_eva, in DIR/ROW; mlm rows are roberta_eva (pre-norm RoBERTa) of t
               (--eva-omega-noise false: omega = mu in training), linear or identity (--eva-proposal),
               logsize (--eva-chunk-logit-offset log(chunk size): each summary's logit as if it stood for
               its chunk's keys), average (--eva-proposal-mean average: mu halved, as the authors'
-              bidirectional code), noattdrop (--attention-dropout 0, as the authors' encoders);
-  local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W;
+              bidirectional code), noattdrop (--attention-dropout 0, as the authors' encoders), table
+              (--eva-rpe-type table: a learned bias per query and key place in the block, the authors'
+              masked-LM local attention bias, instead of T5 buckets);
+  local       EVA's window alone (lm 128, mlm 256), no chunks;  local-W: window W; local...-V: the variant
+              noattdrop or table;
   NAME        another attention of the registry that runs in the task's direction (docs/usage.md; lm: performer,
               rfa, elu, t2r; mlm: also lara, linformer, reformer, combiner, long_short), at equal cost to the
               task's eva row: its multiply-adds per token by the registry's formulas at the block length,
@@ -83,9 +86,19 @@ TASKS = ("lm", "mlm", "approx")
 # EVA variants (a row name's last part): diagnostics of whether EVA's definition costs it against local attention
 VARIANTS = {"nonoise": ["--eva-omega-noise", "false"], "linear": ["--eva-proposal", "linear"],
             "identity": ["--eva-proposal", "identity"], "logsize": ["--eva-chunk-logit-offset"],
-            "average": ["--eva-proposal-mean", "average"], "noattdrop": ["--attention-dropout", "0"]}
-ROW = re.compile(r"(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?(?:-(%s))?"
+            "average": ["--eva-proposal-mean", "average"], "noattdrop": ["--attention-dropout", "0"],
+            "table": ["--eva-rpe-type", "table"]}
+LOCAL_VARIANTS = ("noattdrop", "table")  # the variants that a local row takes too (the others concern chunks)
+ROW = re.compile(r"(?:(softmax|exact)|(local)(?:-([1-9][0-9]*))?|(eva)(?:-([1-9][0-9]*)-([1-9][0-9]*))?)(?:-(%s))?"
                  % "|".join(VARIANTS))
+
+
+def match_row(row):
+    """ROW's match of a row name, None where it names no row (a variant that its kind does not take)."""
+    m = ROW.fullmatch(row)
+    if m is None or m.group(7) is None or m.group(4) or (m.group(2) and m.group(7) in LOCAL_VARIANTS):
+        return m
+    return None
 DEFAULTS = {"lm": (128, 8), "mlm": (256, 128)}  # EVA's window, and chunk size (lm) or number of chunks C (mlm)
 DEFAULT_ROWS = "softmax,eva,local"
 DIM, HEADS = 256, 4  # the model's default width and heads (--dim, --heads)
@@ -126,7 +139,8 @@ def valid_rows(task):
     direction = registry.CAUSAL if task == "lm" else registry.BIDIRECTIONAL
     others = [name + ("[-V]" if name in bench.KNOBS else "") for name in registry.choices(direction)
               if name not in KIND_ORDER]
-    return ", ".join(["softmax", "exact", f"eva[-W-N][-{'|'.join(VARIANTS)}]", "local[-W]", *others])
+    return ", ".join(["softmax", "exact", f"eva[-W-N][-{'|'.join(VARIANTS)}]",
+                      f"local[-W][-{'|'.join(LOCAL_VARIANTS)}]", *others])
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,7 +188,7 @@ def mechanism_cost(name, options, block, dim, heads, causal):
 def row_options(task, row, block, dim=DIM, heads=HEADS):
     """The attention options of a row of a task at blocks of `block` tokens, width `dim` and `heads` heads (the
     rows are listed in --help); ValueError says what is wrong with the name."""
-    m = ROW.fullmatch(row)
+    m = match_row(row)
     attention = "--decoder-attention" if task == "lm" else "--encoder-attention"
     if m is None:
         name, options = mechanism_setting(task, row, block, dim, heads)
@@ -497,7 +511,7 @@ def row_results(work, task):
 
 def row_kind(row):
     """The kind of a row's name (softmax, exact, eva, local or a mechanism of the registry), None if it names none."""
-    m = ROW.fullmatch(row)
+    m = match_row(row)
     if m:
         return m.group(1) or m.group(2) or m.group(4)
     m = MECHANISM_ROW.fullmatch(row)

@@ -36,7 +36,8 @@ def test_help_names_the_tasks():
 
 @pytest.mark.parametrize("args, message", [
     (["--rows", "softmax,performr"], "--rows: unknown row 'performr'; lm rows: softmax, exact, "
-                                     "eva[-W-N][-nonoise|linear|identity|logsize|average|noattdrop], local[-W], "
+                                     "eva[-W-N][-nonoise|linear|identity|logsize|average|noattdrop|table], "
+                                     "local[-W][-noattdrop|table], "
                                      "performer[-V], rfa[-V], elu, t2r[-V]\n"),
     (["--rows", "eva-64"], "--rows: unknown row 'eva-64'"),
     (["--task", "mlm", "--rows", "softmax-2"], "--rows: unknown row 'softmax-2'; mlm rows: softmax, exact, "),
@@ -100,7 +101,12 @@ def test_row_options_say_each_rows_attention():
                                                                   "--eva-rpe", "true", "--eva-proposal", "linear"]
     assert lc.row_options("lm", "eva-logsize", 512)[-2:] == ["--eva-chunk-logit-offset", "2.0794"]  # log 8
     assert lc.row_options("mlm", "eva-32-16-logsize", 512)[-2:] == ["--eva-chunk-logit-offset", "3.4657"]  # log 32
-    for bad in ("eva-0-8", "local-nonoise", "eva-identity-8", "local-logsize"):
+    assert lc.row_options("mlm", "eva-table", 512)[-2:] == ["--eva-rpe-type", "table"]
+    assert lc.row_options("mlm", "local-64-table", 512)[2:] == ["--eva-window-size", "64", "--eva-num-chunks", "0",
+                                                               "--eva-chunk-size", "0", "--eva-rpe", "true",
+                                                               "--eva-rpe-type", "table"]
+    assert lc.row_kind("local-table") == "local" and lc.row_kind("local-table-2") is None
+    for bad in ("eva-0-8", "local-nonoise", "eva-identity-8", "local-logsize", "softmax-table", "exact-noattdrop"):
         with pytest.raises(ValueError, match=f"unknown row '{bad}'"):
             lc.row_options("lm", bad, 512)
 
