@@ -540,19 +540,72 @@ def op_count():
                                 "`benchmarks/results/op_count/`).")
 
 
-def baselines_small(task, tables=3):
-    """The paper's baselines learning beside EVA at small scale (benchmarks/results/baselines_small/): the first
-    `tables` tables of scripts/long_context.py's report for the task (each row at the end of its CPU-time budget,
-    then valid perplexity at equal updates and at equal CPU time), rendered by the harness's own code from the record."""
+def baselines_small(task, record="baselines_small", tables=3):
+    """The paper's baselines learning beside EVA at small scale (a record of scripts/long_context.py's rows): the
+    first `tables` tables of the harness's report for the task (each row at the end of its CPU-time budget, then
+    valid perplexity at equal updates and at equal CPU time), rendered by the harness's own code from the record."""
 
     def render():
         from benchmarks.common import script
 
         long_context = script("long_context")
-        rows = long_context.row_results(os.path.join(RESULTS, "baselines_small"), task)
+        rows = long_context.row_results(os.path.join(RESULTS, record), task)
         lines = long_context.task_tables(rows, task, 256)
         blank = [i for i, line in enumerate(lines) if not line and i > 2]  # each table ends at a blank line
         return "\n".join(lines[:blank[2 * tables - 2]]).strip()
+
+    return render
+
+
+BASELINE_NAMES = {"softmax": "softmax", "eva": "EVA", "local": "local", "performer": "Performer", "elu": "ELU",
+                  "rfa": "RFA", "t2r": "T2R", "lara": "LARA", "linformer": "Linformer", "reformer": "Reformer",
+                  "combiner": "Combiner", "long_short": "Transformer-LS"}
+
+
+def baselines_summary(task, record="baselines_small"):
+    """The rows of a baselines record in order, as sentences: at the end of the CPU-time budget (validation and
+    test), at the most updates every run reached, and the updates each made; with two seeds, their largest spread."""
+
+    def render():
+        from benchmarks.common import script
+
+        rows = {}
+        for (row, _), r in script("long_context").row_results(os.path.join(RESULTS, record), task).items():
+            rows.setdefault(row, []).append(r)
+
+        def mean(xs):
+            return sum(xs) / len(xs)
+
+        def ordered(values, fmt="{:.1f}", reverse=False):
+            return ", ".join(f"{BASELINE_NAMES.get(row, row)} {fmt.format(v)}"
+                             for row, v in sorted(values.items(), key=lambda item: item[1], reverse=reverse))
+
+        runs = [r for rs in rows.values() for r in rs]
+        common = max(u for u in {p["updates"] for p in runs[0]["curve"]}
+                     if all(any(p["updates"] == u for p in r["curve"]) for r in runs))
+
+        def at(r, u):
+            return next(p["ppl"] for p in r["curve"] if p["updates"] == u)
+
+        test_key = "256" if task == "lm" else "test"
+        budget = mean([r["budget"] for r in runs])
+        end = {row: mean([r["last"]["ppl"] for r in rs]) for row, rs in rows.items()}
+        test = {row: mean([r["test"][test_key] for r in rs]) for row, rs in rows.items()}
+        equal = {row: mean([at(r, common) for r in rs]) for row, rs in rows.items()}
+        updates = {row: mean([r["last"]["updates"] for r in rs]) for row, rs in rows.items()}
+        seeds = max(len(rs) for rs in rows.values())
+        of = f" (the mean of {seeds} seeds)" if seeds > 1 else " (one seed)"
+        lines = [f"- After {budget:g} CPU minutes{of}, valid_small perplexity: {ordered(end)}; test perplexity"
+                 f"{' at context 256' if task == 'lm' else ' on the masked tokens'}: {ordered(test)}.",
+                 f"- At {common:,} updates, the most that every run reached: {ordered(equal)}.",
+                 f"- Updates in the {budget:g} CPU minutes: {ordered(updates, '{:.0f}', reverse=True)}."]
+        if seeds > 1:
+            pairs = [rs for rs in rows.values() if len(rs) == 2]
+            spread_end = max(abs(a["last"]["ppl"] - b["last"]["ppl"]) for a, b in pairs)
+            spread_equal = max(abs(at(a, common) - at(b, common)) for a, b in pairs)
+            lines.append(f"- The largest gap between a row's two seeds: {spread_end:.1f} at the end of the budget, "
+                         f"{spread_equal:.1f} at {common:,} updates.")
+        return "\n".join(lines)
 
     return render
 
@@ -570,7 +623,8 @@ def demo():
         ppl = ", ".join(f"{r['ppl']:.1f} (context {r['context']})" for r in row["ppl"] if r["subset"] == "test")
         lines.append(f"| language model, {row['label']} | {row['updates']} | test perplexity {ppl} | | |")
     commit = meta["commit"]
-    params = " and ".join(dict.fromkeys(f"{int(str(row['params']).replace(',', '')) / 1e6:.2f}M" for row in record["translation"].values()))
+    millions = [int(str(row["params"]).replace(",", "")) / 1e6 for row in record["translation"].values()]  # "337,344"
+    params = " and ".join(dict.fromkeys(f"{m:.2f}M" for m in millions))
     lines += ["", f"Translation models of {params} parameters. Demo wall time {record['wall_seconds']} s on "
               f"{meta['device']}; {meta['date']}, commit {commit} (record `benchmarks/results/demo/`)."]
     return "\n".join(lines)
@@ -686,6 +740,10 @@ TABLES = {
     "demo": demo,
     "baselines-small-lm": baselines_small("lm"),
     "baselines-small-mlm": baselines_small("mlm"),
+    "baselines-summary-lm": baselines_summary("lm"),
+    "rpe-table-lm": baselines_small("lm", record="rpe_table_lm", tables=1),
+    "rpe-table-summary": baselines_summary("lm", record="rpe_table_lm"),
+    "baselines-summary-mlm": baselines_summary("mlm"),
     "cpu-speed": cpu_speed,
     "gpu-readme-exact": readme_exact,
     "readme-cpu-speed": readme_cpu_speed,
