@@ -192,10 +192,17 @@ def gpu_json(record, name):
     return load("gpu", record, name)
 
 
+SPEED_TOKENS = ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")  # the Triton check's two runs
+
+
+def speed_tokens(key):
+    """The rows (layer times) or ratios (speed-ups) of the Triton check's speed_tokens runs."""
+    return [r for name in SPEED_TOKENS for r in gpu_json("triton_check", name)["speed_tokens"][key]]
+
+
 def gpu_speed_tokens():
     """Layer milliseconds at 65,536 tokens a call, from the Triton check's two speed_tokens runs."""
-    rows = [r for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
-            for r in gpu_json("triton_check", name)["speed_tokens"]["rows"] if "layer_s" in r]
+    rows = [r for r in speed_tokens("rows") if "layer_s" in r]
     layers = ["sdpa", "eva", "eva+rpe+dropout", "sdpa-causal", "eva-causal", "eva-causal+rpe+dropout", "projections"]
     heads = ["sdpa", "eva", "eva+rpe+dropout", "sdpa causal", "eva causal", "eva causal+rpe+dropout", "projections"]
     cells = {(r["N"], r["mechanism"]): r for r in rows}
@@ -667,11 +674,8 @@ def readme_cpu_speed():
 
 def readme_gpu_speed():
     """The Triton check's speed-ups over flash SDPA, the cost of the bias and dropout, the configs' words/s."""
-    ratios = [r for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
-              for r in gpu_json("triton_check", name)["speed_tokens"]["ratios"]]
-    up = {(r["N"], r["mechanism"], r["baseline"]): r["layer_speedup"] for r in ratios}
-    ms = [r["layer_s"] * 1000 for name in ("correctness_speed_tokens.json", "speed_tokens_long_paper_configs_wmt.json")
-          for r in gpu_json("triton_check", name)["speed_tokens"]["rows"] if r["mechanism"] == "eva" and "layer_s" in r]
+    up = {(r["N"], r["mechanism"], r["baseline"]): r["layer_speedup"] for r in speed_tokens("ratios")}
+    ms = [r["layer_s"] * 1000 for r in speed_tokens("rows") if r["mechanism"] == "eva" and "layer_s" in r]
     faster = min(n for (n, m, b), x in up.items() if (m, b) == ("eva", "sdpa") and x >= 1)
     longest = max(n for n, _, _ in up)
     settings = [1 / up[8192, f"{m}+rpe+dropout", m] for m in ("eva", "eva-causal")]
@@ -704,8 +708,9 @@ def readme_learning():
     exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
     share = {label: [recall_share(load(*run, "recall.json")["repeated"], local, exact) for run in runs]
              for label, runs in RECALL_ROWS if label.startswith("EVA")}
-    chunks = [f"chunks of {label.split()[3]} {' and '.join(f'{100 * x:.0f}%' for x in xs)}" for label, xs in share.items()]
-    chunks[0] = chunks[0].replace(" 4 ", " 4 keep ") + " of exact attention's"
+    (first, shares), *others = [(label.split()[3], " and ".join(f"{100 * x:.0f}%" for x in xs))
+                                for label, xs in share.items()]  # (chunk size, shares): 4 first
+    chunks = [f"chunks of {first} keep {shares} of exact attention's", *(f"chunks of {c} {x}" for c, x in others)]
     return (f"- Exact attention's own gain from the far context (test at context 256 against 0) is "
             f"{percents(gain('exact'))} (two seeds) at 180 CPU minutes with 2,000 pieces; EVA gains "
             f"{percents(gain('EVA'))} and local attention {percents(gain('local'))}.\n"
