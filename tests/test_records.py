@@ -185,7 +185,7 @@ NOT_MEASURED = re.compile(r"(?:torch|fairseq|Python|Triton|MKL|oneDNN|driver|pen
 
 
 def numbers(text):
-    """The numbers of a text as printed (commas dropped): '7.24' and '7.2' are different numbers."""
+    """The numbers of a text, as printed (commas dropped)."""
     return {m.group().replace(",", "") for m in NUMBER.finditer(text)}
 
 
