@@ -432,20 +432,24 @@ RECALL_ROWS = [("exact", [("recall_10000_updates", "exact")]),
                ("local (window 64)", [("recall_7000_updates", "local")])]
 
 
-def recall():
-    """Test perplexity on the first half and the repeated part of the recall blocks, and the share of exact
-    attention's recall against local attention's (seed 1 of each), as scripts/recall.py's report computes it."""
+def recall_shares(ppl):
+    """The share of exact attention's recall against local attention's (seed 1 of each) of each recall report,
+    as scripts/recall.py's report computes it."""
     from benchmarks.common import script
 
-    recall_share = script("recall").recall_share
-
     exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
+    return [script("recall").recall_share(p["repeated"], local, exact) for p in ppl]
+
+
+def recall():
+    """Test perplexity on the first half and the repeated part of the recall blocks, and the share of exact
+    attention's recall against local attention's (recall_shares)."""
     lines = ["| row | updates | test, first half A | repeated part B | share | B without the chunks at test |",
              "|---|---|---|---|---|---|"]
     for label, runs in RECALL_ROWS:
         ppl = [load(*run, "recall.json") for run in runs]
         updates = ", ".join(dict.fromkeys(f"{curve(*run)[-1]['updates']:,}" for run in runs))
-        shares = [recall_share(p["repeated"], local, exact) for p in ppl]
+        shares = recall_shares(ppl)
         bold = "**" if label.startswith("EVA") or label.startswith("exact") else ""
         bold_share = "**" if label.startswith("EVA") else ""
         repeated = bold + ", ".join(f"{p['repeated']:.2f}" for p in ppl) + bold
@@ -456,11 +460,16 @@ def recall():
     return "\n".join(lines)
 
 
+def eva_cost_against_local():
+    """The causal LM's CPU time an update of EVA against local attention, seeds 1 and 2, over each whole run."""
+    return [cost_an_update("causal_lm_v2k_180min", f"eva{s}") / cost_an_update("causal_lm_v2k_180min", f"local{s}")
+            for s in ("", "-seed2")]
+
+
 def causal_lm_costs():
     """CPU time an update of EVA against local attention and of exact attention against EVA, each seed over its
     whole run (180 CPU minutes)."""
-    pairs = [(("causal_lm_v2k_180min", f"eva{s}"), ("causal_lm_v2k_180min", f"local{s}")) for s in ("", "-seed2")]
-    eva = [cost_an_update(*e) / cost_an_update(*lo) for e, lo in pairs]
+    eva = eva_cost_against_local()
     exact = [cost_an_update("causal_lm_v2k", f"exact{s}") / cost_an_update("causal_lm_v2k_180min", f"eva{s}")
              for s in ("", "-seed2")]
     return (f"- Over the first 180 CPU minutes EVA costs {eva[0]:.2f}x and {eva[1]:.2f}x local attention's CPU time an "
@@ -501,8 +510,7 @@ def learning_summary():
     # causal LM, 2,000 pieces: test at context 256 after 180 CPU minutes
     tests = {name: lm_tables.test_at(d, 180)["256"] for name, d in lm_tables.ROWS.items()}
     cells = lm_tables.comparison(tests)
-    costs = [cost_an_update("causal_lm_v2k_180min", e) / cost_an_update("causal_lm_v2k_180min", lo)
-             for e, lo in (("eva", "local"), ("eva-seed2", "local-seed2"))]
+    costs = eva_cost_against_local()
     group = lm_tables.seeds
     lines.append(f"| causal LM, 2,000 pieces, 180 CPU minutes, context 256 | {fmt(group(tests, 'exact'))} "
                  f"| {fmt(group(tests, 'EVA'))} | {fmt(group(tests, 'local'))} | {cells[4]} ({cells[5]} over the seeds) "
@@ -695,7 +703,6 @@ def readme_gpu_speed():
 def readme_learning():
     """What the far context gives each row of the causal LM (test at context 256 against 0), and recall by chunk size."""
     from benchmarks import lm_tables
-    from benchmarks.common import script
 
     def gain(row):
         tests = [lm_tables.test_at(d, 180) for name, d in lm_tables.ROWS.items() if name.split()[0] == row]
@@ -704,9 +711,7 @@ def readme_learning():
     def percents(xs):
         return " and ".join(dict.fromkeys(f"{100 * x:.1f}%" for x in xs))
 
-    recall_share = script("recall").recall_share
-    exact, local = (load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
-    share = {label: [recall_share(load(*run, "recall.json")["repeated"], local, exact) for run in runs]
+    share = {label: recall_shares([load(*run, "recall.json") for run in runs])
              for label, runs in RECALL_ROWS if label.startswith("EVA")}
     (first, shares), *others = [(label.split()[3], " and ".join(f"{100 * x:.0f}%" for x in xs))
                                 for label, xs in share.items()]  # (chunk size, shares): 4 first
