@@ -149,16 +149,23 @@ UNMEASURED_TABLES = {
 }
 
 
-def tables_outside_blocks(text):
-    """(first header cell, rows) of every Markdown table outside the generated blocks and code fences."""
+def lines_outside_blocks(text):
+    """The lines of a page without its generated blocks, and with each line of a code fence left empty."""
     from benchmarks import results_tables
 
-    text = results_tables.BLOCK.sub("", text)
-    tables, rows, fence = [], [], False
-    for line in text.splitlines() + [""]:
+    lines, fence = [], False
+    for line in results_tables.BLOCK.sub("", text).splitlines():
         if line.startswith("```"):
             fence = not fence
-        if not fence and line.startswith("|"):
+        lines.append("" if fence or line.startswith("```") else line)
+    return lines
+
+
+def tables_outside_blocks(text):
+    """(first header cell, rows) of every Markdown table outside the generated blocks and code fences."""
+    tables, rows = [], []
+    for line in lines_outside_blocks(text) + [""]:
+        if line.startswith("|"):
             rows.append(line)
         elif rows:
             tables.append((rows[0].strip("|").split("|")[0].strip(), rows))
@@ -201,9 +208,16 @@ def anchor(heading):
 
 
 def sections(text):
-    """{anchor: text} of each section of a page, headed by a line starting with '#'."""
-    parts = re.split(r"\n(?=#)", text)
-    return {anchor(part.splitlines()[0].lstrip("#")): part for part in parts}
+    """{anchor: text} of each section of a page, headed by a line starting with '#' outside a code fence (where
+    '#' starts a shell comment)."""
+    parts, fence = [[]], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        if line.startswith("#") and not fence and parts[-1]:
+            parts.append([])
+        parts[-1].append(line)
+    return {anchor(part[0].lstrip("#")): "\n".join(part) for part in parts}
 
 
 def traceable_numbers(section, linked, with_links=True):
@@ -236,15 +250,13 @@ def untraced_numbers(text, results, own_blocks_only=False):
     """(number, context) of each measured number in a page's prose (text) that is not, at its printed precision,
     one of the numbers of a generated block of its section, of a record that its section cites or of a section of
     results.md (results) that it links to; with own_blocks_only, of its section's generated blocks alone."""
-    from benchmarks import results_tables
-
     untraced = []
     for section in sections(text).values():
         blocks, records = traceable_numbers(section, sections(results), with_links=not own_blocks_only)
-        prose = re.sub(r"```.*?```|`[^`\n]*`", "", results_tables.BLOCK.sub("", section), flags=re.S)
-        for line in prose.splitlines():
+        for line in lines_outside_blocks(section):
             if line.startswith(("|", "    ")):
                 continue  # tables (their own test) and indented commands
+            line = re.sub(r"`[^`]*`", "", line)  # inline code: commands and settings
             for m in MEASURED.finditer(line):
                 if not NOT_MEASURED.search(line[:m.start()]) and not rounded(m.group().replace(",", ""), blocks | records):
                     untraced.append((m.group(), line[max(0, m.start() - 50):m.end() + 20]))
