@@ -35,9 +35,10 @@ def local_set(mod, n, L):
     w = mod.window_size
     if w == 0:
         return []
+    first = window_start(mod, n)
     if mod.causal:
-        return list(range(max(0, window_start(mod, n)), n + 1))
-    return [m for m in range(window_start(mod, n), window_start(mod, n) + (2 * w if mod.overlap else w)) if 0 <= m < L]
+        return list(range(max(0, first), n + 1))
+    return [m for m in range(first, first + (2 * w if mod.overlap else w)) if 0 <= m < L]
 
 
 def reference_eva(mod, x, noise=None, chunk_logit_offset=0.0):
