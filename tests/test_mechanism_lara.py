@@ -162,3 +162,12 @@ def test_half_precision_runs_in_float32_inside():
     x, mask = padded_batch()
     y = module(x.to(torch.bfloat16) * 30, mask)
     assert y.dtype == torch.bfloat16 and y.isfinite().all()
+
+
+def test_landmarks_beyond_the_length_cost_nothing():
+    """C' = min(C, N) segments are laid out: a million landmarks on 10 tokens compute what 10 do, at their cost."""
+    x, mask = padded_batch()
+    module = layer(False, num_landmarks=10)
+    y = module(x, mask)
+    module.num_landmarks = 10**6  # B x H x C x N would be 320 GB in float64
+    torch.testing.assert_close(module(x, mask)[~mask], y[~mask], rtol=1e-12, atol=1e-12)

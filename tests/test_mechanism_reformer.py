@@ -120,3 +120,12 @@ def test_shared_checks():
 def test_cost_at_the_papers_masked_lm_setting():
     """n_h = 4, m = 64, N = 2048: 32 buckets, 4 (4 * 64 + 16) D = 1088 D."""
     assert registry.get("reformer").macs_per_token(2048, 768, 12) == 1088 * 768
+
+
+def test_a_chunk_longer_than_the_batch_is_one_chunk_of_the_batch():
+    """A chunk size above N lays out one chunk of N: the outputs of chunk size N, without a million empty slots."""
+    x, mask = _batch()
+    module = checks.build("reformer", train=False, num_hashes=2, chunk_size=x.size(1), num_buckets=4)
+    y = module(x, mask)
+    module.chunk_size = 10**6  # B x H x R x m x 2m logits would be terabytes
+    torch.testing.assert_close(module(x, mask)[~mask], y[~mask], rtol=1e-12, atol=1e-12)

@@ -20,8 +20,9 @@ xi(mu_c, omega) stands for q_c(omega) / N(omega; 0, I) (exact without the 1/sqrt
            axis keeps sum_c alpha_nc = 1 (the correction is centred over c); over n, the correction for one
            proposal is spread over the queries that resemble its segment. alpha can turn negative: it is
            clamped at 1e-8, as the authors'.
-Everything runs in log space (log-sum-exp); segments with no real token (C > L) are no proposal. Attention
-dropout applies to the normalised weights w_nc / sum_c' w_nc'. Tensors are B x H x C x N (proposal, query).
+Everything runs in log space (log-sum-exp); segments with no real token (C > L) are no proposal, and a batch of
+N positions lays out C' = min(C, N) segments only (the others would be empty): the cost is the documented 5 C' D.
+Attention dropout applies to the normalised weights w_nc / sum_c' w_nc'. Tensors are B x H x C x N (proposal, query).
 """
 
 import math
@@ -71,7 +72,7 @@ class LARAAttention(ProjectedAttention):
 
     def attend(self, x, q, k, v, lengths):
         B, H, N, d = q.shape
-        C, scale = self.num_landmarks, d**-0.5
+        C, scale = min(self.num_landmarks, N), d**-0.5  # beyond N every segment is empty: no proposal, no cost
         if lengths is None:
             lengths = torch.full((B,), N, device=q.device)
         # a row of pads only is laid out as one real token, its output zeroed below: no empty softmax anywhere
@@ -85,7 +86,9 @@ class LARAAttention(ProjectedAttention):
         mu = q_tilde + segment_mean(upcast(self.sigma_k(k)))
         omega = mu
         if self.training:  # one draw a head and proposal, shared by the rows: a row's output is the same in any batch
-            omega = mu + torch.randn(mu.shape[1:], dtype=mu.dtype, device=mu.device)
+            # (all C proposals drawn, so that the draws of the first C' do not depend on the batch's length)
+            noise = torch.randn(H, self.num_landmarks, d, dtype=mu.dtype, device=mu.device)
+            omega = mu + noise[:, :C]
         qf, kf, vf = upcast(q), upcast(k), upcast(v)
         is_pad = seg.is_pad[:, None]  # B x 1 x 1 x N
         proposal_ok = seg.ok[:, None, :, None]  # B x 1 x C x 1

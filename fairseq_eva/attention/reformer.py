@@ -19,9 +19,11 @@ is deterministic (reformer-pytorch redraws them at every call). Each row is hash
 real tokens only: pads take a bucket after every real one and are never attended. The number of buckets is
 `num_buckets`, or, when 0 (default), each row's L / m rounded to an even number (at least 2, at most 2 d with
 d the head dimension: the rotations buffer has d columns): the average bucket then holds about a chunk, and
-a row's hashing does not depend on the batch. Not implemented: the paper's optional correction for keys
-attended in several rounds (subtracting the log of their count), reformer-pytorch's wrap-around look-back
-(here the first chunk sees only itself), and reversible layers (a memory saving outside the attention).
+a row's hashing does not depend on the batch. A chunk size above the batch's length N lays out one chunk of N,
+which computes what the longer chunk would (its other slots are empty) at the cost of N. Not implemented: the
+paper's optional correction for keys attended in several rounds (subtracting the log of their count), reformer-pytorch's
+wrap-around look-back (here the first chunk sees only itself), and reversible layers (a memory saving outside the
+attention).
 """
 
 import math
@@ -92,11 +94,12 @@ class ReformerAttention(ProjectedAttention):
 
     def attend(self, x, q, k, v, lengths):
         B, H, N, d = q.shape
-        m, R = self.chunk_size, self.num_hashes
+        R = self.num_hashes
         if lengths is None:
             lengths = torch.full((B,), N, device=q.device)
         lengths = lengths.long()
-        half = bucket_counts(lengths, m, self.num_buckets, 2 * self.rotations.size(-1)) // 2
+        half = bucket_counts(lengths, self.chunk_size, self.num_buckets, 2 * self.rotations.size(-1)) // 2
+        m = min(self.chunk_size, N)  # a chunk longer than the batch would be padded with slots that are never seen
         k = F.normalize(q, dim=-1)
         buckets = lsh_buckets(k, self.draw_rotations(q), half)  # B x H x R x N
         real = torch.arange(N, device=q.device) < lengths[:, None]  # B x N
