@@ -156,7 +156,7 @@ def mechanism_setting(task, row, block, dim=DIM, heads=HEADS):
         raise ValueError(f"unknown row {row!r}; {task} rows: {valid_rows(task)}")
     causal = task == "lm"
     mechanism = registry.get(name)
-    if mechanism.refusal(causal):
+    if not mechanism.supports(causal):
         raise ValueError(f"row {row!r}: {name} attention is {' and '.join(mechanism.directions)} only, no {task} row; "
                          f"{task} rows: {valid_rows(task)}")
     options = {**bench.PAPER.get(name, {}), **(LM_SETTINGS.get(name, {}) if causal else {})}

@@ -18,11 +18,11 @@ import math
 import torch
 from torch import nn
 
-from . import registry
 from .base import ProjectedAttention
 from .chunks import upcast
 from .joint_softmax import joint_softmax, pad_to_blocks
 from .layout import lowest
+from .mechanism import BIDIRECTIONAL, Mechanism, Option
 from .relative_position import RelativePositionBias
 
 ABSTRACTIONS = ("deepsets-max", "max")
@@ -148,13 +148,12 @@ def reference(q, k, v, span, real=None, q_mlp=None, k_mlp=None, rpe=None):
     return y
 
 
-registry.register(registry.Mechanism(
-    "combiner", ".combiner:CombinerAttention", (registry.BIDIRECTIONAL,),
-    (registry.Option("span", int, 256, "span length s: exact attention inside a span, one abstraction per other "
-                     "span (the paper's masked LM: 256)"),
-     registry.Option("abstraction", str, "deepsets-max", "how a span is summarised: deepsets-max (max over "
-                     "ReLU(Linear(d, d)) of q and of k, the paper's) or max (max-pooling, no parameters)",
-                     choices=ABSTRACTIONS),
-     registry.Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the span")),
+MECHANISMS = (Mechanism(
+    "combiner", ".combiner:CombinerAttention", (BIDIRECTIONAL,),
+    (Option("span", int, 256, "span length s: exact attention inside a span, one abstraction per other span (the "
+            "paper's masked LM: 256)"),
+     Option("abstraction", str, "deepsets-max", "how a span is summarised: deepsets-max (max over ReLU(Linear(d, d)) "
+            "of q and of k, the paper's) or max (max-pooling, no parameters)", choices=ABSTRACTIONS),
+     Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the span")),
     combiner_cost, "Combiner-Fixed: exact softmax inside a span, a DeepSets-Max abstraction of every other span",
-))
+),)

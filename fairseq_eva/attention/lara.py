@@ -32,7 +32,7 @@ import torch
 from .base import ProjectedAttention
 from .chunks import PROPOSALS, proposal_projection, upcast
 from .eva import chunk_segments
-from .registry import BIDIRECTIONAL, Mechanism, Option, register
+from .mechanism import BIDIRECTIONAL, Mechanism, Option
 
 MIS_TYPES = ("mis-opt", "mis-bh")
 ALPHA_FLOOR = 1e-8
@@ -162,7 +162,7 @@ def lara_cost(N, embed_dim, num_heads, causal=False, num_landmarks=256, **_):
     return 5 * min(num_landmarks, N) * embed_dim + 2 * head_dim * embed_dim
 
 
-register(
+MECHANISMS = (
     Mechanism(
         "lara", ".lara:LARAAttention", (BIDIRECTIONAL,),
         (Option("num_landmarks", int, 256, "number C of proposals (landmarks), one per contiguous segment of the "

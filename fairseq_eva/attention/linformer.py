@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .base import ProjectedAttention, key_mask
-from .registry import BIDIRECTIONAL, Mechanism, Option, register
+from .mechanism import BIDIRECTIONAL, Mechanism, Option
 
 SHARING = ("headwise", "kv", "none")
 
@@ -104,7 +104,7 @@ def linformer_cost(N, embed_dim, num_heads, causal=False, projected_dim=256, **_
     return 4 * projected_dim * embed_dim
 
 
-register(
+MECHANISMS = (
     Mechanism(
         "linformer", ".linformer:LinformerAttention", (BIDIRECTIONAL,),
         (Option("projected_dim", int, 256, "projected length k: the number of learned mixtures of the positions "

@@ -15,11 +15,11 @@ them per head), so that the two kinds of keys are on one scale. The joint softma
 import torch
 from torch import nn
 
-from . import registry
 from .base import ProjectedAttention
 from .chunks import upcast
 from .joint_softmax import joint_softmax, pad_to_blocks
 from .layout import lowest
+from .mechanism import BIDIRECTIONAL, Mechanism, Option
 from .relative_position import RelativePositionBias
 
 
@@ -138,14 +138,13 @@ def reference(x, q, k, v, window, real=None, landmarks=None, local_norm=None, la
     return out
 
 
-registry.register(registry.Mechanism(
-    "long_short", ".long_short:LongShortAttention", (registry.BIDIRECTIONAL,),
-    (registry.Option("window_size", int, 256, "size w of the non-overlapping local blocks (the paper's masked LM: "
-                     "256)"),
-     registry.Option("num_landmarks", int, 128, "number r of dynamic-projection landmarks per head, the long "
-                     "branch (the paper's masked LM: 128; 0: block-local attention only)"),
-     registry.Option("dual_ln", bool, True, "DualLN: one LayerNorm on the local keys and values, another on the "
-                     "landmark keys and values"),
-     registry.Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the block")),
+MECHANISMS = (Mechanism(
+    "long_short", ".long_short:LongShortAttention", (BIDIRECTIONAL,),
+    (Option("window_size", int, 256, "size w of the non-overlapping local blocks (the paper's masked LM: 256)"),
+     Option("num_landmarks", int, 128, "number r of dynamic-projection landmarks per head, the long branch (the "
+            "paper's masked LM: 128; 0: block-local attention only)"),
+     Option("dual_ln", bool, True, "DualLN: one LayerNorm on the local keys and values, another on the landmark "
+            "keys and values"),
+     Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the block")),
     long_short_cost, "Transformer-LS: exact softmax over a local block and r dynamic landmarks per head, jointly",
-))
+),)

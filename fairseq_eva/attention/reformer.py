@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from .base import ProjectedAttention
 from .layout import lowest
-from .registry import BIDIRECTIONAL, Mechanism, Option, register
+from .mechanism import BIDIRECTIONAL, Mechanism, Option
 
 
 def bucket_counts(lengths, chunk_size, num_buckets, max_buckets):
@@ -187,7 +187,7 @@ def reformer_cost(N, embed_dim, num_heads, causal=False, num_hashes=4, chunk_siz
     return num_hashes * (4 * chunk_size + n_b / 2) * embed_dim
 
 
-register(
+MECHANISMS = (
     Mechanism(
         "reformer", ".reformer:ReformerAttention", (BIDIRECTIONAL,),
         (Option("num_hashes", int, 4, "number n_h of hash rounds (the paper's masked LM: 4)"),

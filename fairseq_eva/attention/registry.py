@@ -9,70 +9,19 @@ layers build from this table (`--encoder-attention NAME`, `--decoder-attention N
 Every module follows one contract (base.py): `Module(embed_dim, num_heads, causal=..., dropout=..., **options)`,
 `forward(x, key_padding_mask=None, cache=None)` on B x N x embed_dim, and `reorder_cache(cache, order)` where
 causal. Its naive float64 reference lives beside it, and its tests check it against that reference.
+
+The entries' types are mechanism.py's; each baseline's module declares its entries (MECHANISMS) and this table
+imports them, so that imports run one way (this module -> the baselines -> mechanism.py).
 """
 
-import dataclasses
-import importlib
-from typing import Any, Callable, Optional, Tuple
+from typing import Optional
 
+from . import combiner, lara, linear, linformer, long_short, reformer
+from .mechanism import BIDIRECTIONAL, CAUSAL, Mechanism, Option
 from .relative_position import RPE_TYPES
 
-BIDIRECTIONAL, CAUSAL = "bidirectional", "causal"
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """One option of a mechanism: the module's keyword `name`, its type, the paper's default, a help text."""
-
-    name: str
-    type: Callable
-    default: Any
-    help: str
-    choices: Tuple = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Mechanism:
-    """An attention mechanism: `module` is "package.module:Class" (imported when first built)."""
-
-    name: str
-    module: str
-    directions: Tuple[str, ...]
-    options: Tuple[Option, ...]
-    cost: Callable[..., float]  # cost(N, embed_dim, num_heads, causal=..., **options) -> MACs per token
-    description: str
-    fixed: Tuple[Tuple[str, Any], ...] = ()  # keywords always passed to the module (e.g. a feature map's name)
-
-    def module_class(self):
-        path, _, cls = self.module.partition(":")
-        return getattr(importlib.import_module(path, __package__), cls)
-
-    def defaults(self):
-        return {o.name: o.default for o in self.options}
-
-    def build(self, embed_dim, num_heads, causal=False, dropout=0.0, **options):
-        """The module, with the options not given at their defaults."""
-        refusal = self.refusal(causal)
-        if refusal:
-            raise ValueError(refusal)
-        unknown = set(options) - {o.name for o in self.options}
-        if unknown:
-            raise ValueError(f"{self.name} has no option {', '.join(sorted(unknown))}; its options: "
-                             f"{', '.join(o.name for o in self.options) or 'none'}")
-        kwargs = {**self.defaults(), **options, **dict(self.fixed)}
-        return self.module_class()(embed_dim, num_heads, causal=causal, dropout=dropout, **kwargs)
-
-    def refusal(self, causal) -> Optional[str]:
-        """Why this mechanism cannot run in that direction (one line naming the choices that can), or None."""
-        direction = CAUSAL if causal else BIDIRECTIONAL
-        if direction in self.directions:
-            return None
-        return (f"{self.name} attention is {' and '.join(self.directions)} only; {direction} choices: "
-                f"{', '.join(choices(direction))}")
-
-    def macs_per_token(self, N, embed_dim, num_heads, causal=False, **options):
-        return self.cost(N, embed_dim, num_heads, causal=causal, **{**self.defaults(), **options})
-
+__all__ = ["BIDIRECTIONAL", "CAUSAL", "MECHANISMS", "Mechanism", "Option", "build", "choices", "get", "refusal",
+           "register"]
 
 MECHANISMS = {}
 
@@ -95,7 +44,21 @@ def get(name) -> Mechanism:
     return MECHANISMS[name]
 
 
+def refusal(name, causal) -> Optional[str]:
+    """Why mechanism `name` cannot run in that direction (one line naming the choices that can), or None."""
+    mechanism = get(name)
+    if mechanism.supports(causal):
+        return None
+    direction = CAUSAL if causal else BIDIRECTIONAL
+    return (f"{name} attention is {' and '.join(mechanism.directions)} only; {direction} choices: "
+            f"{', '.join(choices(direction))}")
+
+
 def build(name, embed_dim, num_heads, causal=False, dropout=0.0, **options):
+    """The module of mechanism `name`, with the options not given at their defaults."""
+    reason = refusal(name, causal)
+    if reason:
+        raise ValueError(reason)
     return get(name).build(embed_dim, num_heads, causal=causal, dropout=dropout, **options)
 
 
@@ -146,6 +109,7 @@ register(
         fixed=(("num_chunks", 0), ("chunk_size", 0))),
 )
 
-# The baselines register themselves, in the order of these imports (the order of the choices): linear attention
-# (performer, rfa, elu, t2r), then as the paper's masked-LM table.
-from . import linear, lara, linformer, reformer, combiner, long_short  # noqa: E402,F401,I001
+# The baselines, in the order of the choices: linear attention (performer, rfa, elu, t2r), then as the paper's
+# masked-LM table.
+register(*linear.MECHANISMS, *lara.MECHANISMS, *linformer.MECHANISMS, *reformer.MECHANISMS, *combiner.MECHANISMS,
+         *long_short.MECHANISMS)

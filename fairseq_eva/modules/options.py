@@ -401,7 +401,7 @@ def validate_eva_args(args, roles, hydra=False):
     decoder_attention); `hydra`: name the options as fairseq-hydra-train's keys."""
     for role, attention in roles.items():
         kind = attention_kind(args, attention, hydra)
-        refusal = registry.get(kind).refusal(causal=role != ENCODER)
+        refusal = registry.refusal(kind, causal=role != ENCODER)
         if refusal:
             raise EVAOptionError(f"{option_name(attention, hydra)} {kind}: {refusal}")
         if kind == "softmax":

@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import registry
 from ..base import ProjectedAttention, key_mask
-from ..registry import BIDIRECTIONAL, CAUSAL, Mechanism, Option
+from ..mechanism import BIDIRECTIONAL, CAUSAL, Mechanism, Option
 from . import forms
 from .feature_maps import EluPlusOne, FavorPlus, RandomFourier, TrainedReLU
 
@@ -158,7 +157,7 @@ def t2r_cost(N, embed_dim, num_heads, causal=False, num_features=32):
 
 _BOTH = (BIDIRECTIONAL, CAUSAL)
 
-registry.register(
+MECHANISMS = (
     Mechanism(
         "performer", ".linear:PerformerAttention", _BOTH,
         (Option("kernel", str, "positive",
