@@ -1,9 +1,10 @@
 """The linear-attention family (performer, rfa, elu, t2r): the layer against its float64 reference with padding;
 the quadratic, chunked and recurrent causal forms agree; the estimators' means (Performer's positive and ReLU
 maps, RFA's trigonometric map) by z-tests at a fixed seed, each with a false-alarm rate of about 1e-5
-(|z| < 4.4); FAVOR+'s max-shift stabilisers cancel when eps = 0; RFA's gated recurrence equals its parallel
-decay form and a closed gate returns v; evaluation is deterministic and survives save/load; the shared checks
-(tests/mechanism_checks.py) for each map."""
+(|z| < 4.4); Performer equals FAVOR+ by its definition at the sizes of the paper's models (m = 128, 256 features,
+d = 64, N up to 2048; every causal form and incremental decoding) and stays finite in float32 and under bfloat16
+autocast with logits up to 30; RFA's gated recurrence equals its parallel decay form and a closed gate returns v;
+evaluation is deterministic and survives save/load; the shared checks (tests/mechanism_checks.py) for each map."""
 
 import io
 import math
@@ -109,19 +110,18 @@ def _form_inputs(kind, N=10, m=5, d=3, seed=0):
     B, H = 2, 2
     fq, fk, v = randn(B, H, N, m).exp(), randn(B, H, N, m).exp(), randn(B, H, N, d)
     s = lam = None
-    eps = 0.0
     if kind == "trig":  # features of either sign
         fq, fk = randn(B, H, N, m), randn(B, H, N, m) + 0.5
-    elif kind == "shifted":  # FAVOR+: large key log-scales, eps after the shift
-        s, eps = 20 * randn(B, H, N), 1e-3
-    elif kind.endswith("gated"):  # RFA-gate: psi (1 - g), lambda = log g; with log-scales too (eps = 0)
+    elif kind == "shifted":  # FAVOR+: large key log-scales
+        s = 20 * randn(B, H, N)
+    elif kind.endswith("gated"):  # RFA-gate: psi (1 - g), lambda = log g; with log-scales too
         logit = randn(B, H, N)
         fk, lam = fk * torch.sigmoid(-logit)[..., None], torch.nn.functional.logsigmoid(logit)
         if kind.startswith("shifted"):
             s = 20 * randn(B, H, N)
     real = torch.ones(B, N, dtype=torch.bool)
     real[1, -2:] = False
-    return (fq, fk, v), dict(s=s, lam=lam, eps=eps, real=real, min_denominator=1e-3)
+    return (fq, fk, v), dict(s=s, lam=lam, real=real, min_denominator=1e-3)
 
 
 @pytest.mark.parametrize("kind", ["plain", "trig", "shifted", "gated", "shifted-gated"])
@@ -139,7 +139,7 @@ def test_the_quadratic_chunked_and_recurrent_causal_forms_agree(kind):
 
 
 def test_the_quadratic_form_is_the_masked_lower_triangular_attention():
-    """Without shifts, decays or eps: phi(Q) phi(K)^T, lower-triangular and masked, normalised per row."""
+    """Without shifts or decays: phi(Q) phi(K)^T, lower-triangular and masked, normalised per row."""
     (fq, fk, v), options = _form_inputs("trig")
     real = options["real"]
     A = (fq @ fk.transpose(-1, -2)).tril() * real[:, None, None, :]
@@ -159,7 +159,7 @@ def test_the_chunked_form_has_exact_gradients_across_chunks(kind):
     inputs = (fq, fk, v, s) + ((lam,) if lam is not None else ())
 
     def chunked(fq, fk, v, s, lam=None):
-        return forms.causal_chunked(fq, fk, v, s, lam, options["eps"], options["real"][1:], 1e-3, chunk_size=2)
+        return forms.causal_chunked(fq, fk, v, s, lam, options["real"][1:], 1e-3, chunk_size=2)
 
     assert torch.autograd.gradcheck(chunked, inputs)
 
@@ -194,12 +194,11 @@ def _draws(fmap, q, k):
 
 
 def test_performer_positive_features_are_unbiased_for_exp_of_the_scaled_dot_product():
-    """E phi(q).phi(k) = exp(q.k / sqrt(d)) with iid features and eps = 0; per draw the variance is exactly
+    """E phi(q).phi(k) = exp(q.k / sqrt(d)) with iid features; per draw the variance is exactly
     (1/m) e^{2 q~.k~} (e^{|q~ + k~|^2} - 1) (Choromanski et al. 2021, Lemma 2)."""
     R, m, d = 20000, 8, 4
     torch.manual_seed(0)
     fmap = FavorPlus(R, m, d, "positive").double()
-    fmap.eps = 0.0
     for q, k in _favor_pairs(d):
         qt, kt = q / d**0.25, k / d**0.25
         variance = (2 * qt @ kt).exp() * (((qt + kt) ** 2).sum().exp() - 1) / m
@@ -238,28 +237,118 @@ def test_rfa_features_estimate_the_gaussian_kernel_of_the_normalised_inputs():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_favor_max_shift_stabilisers_cancel_exactly_when_eps_is_zero(causal):
-    """With eps = 0 the query row's shift and the keys' shift (over the keys the query sees) leave the output of
-    the unshifted features unchanged, on inputs large enough that the shifts are far from 0."""
+def test_favor_max_shift_stabilisers_cancel_with_padding(causal):
+    """The query row's shift and the keys' shift (over the real keys the query sees) leave the output of the
+    unshifted features (the reference's) unchanged, on inputs large enough that the shifts are far from 0."""
     module = checks.build("performer", causal, train=False)
-    module.feature_map.eps = 0.0
-    module.min_denominator = 1e-300
     module.chunk_size = 4
     with torch.no_grad():
         module.q_proj.weight.mul_(4)
         module.k_proj.weight.mul_(4)
     x, mask = _padded_input()
-    y, expected = _module_and_reference(module, x, mask, eps=0.0, stabilise=False, min_denominator=0.0)
-    _assert_real_close(y, expected, mask, tol=1e-9)
+    _assert_real_close(*_module_and_reference(module, x, mask), mask, tol=1e-9)
+
+
+def favor_plus(q, k, v, w, causal):
+    """FAVOR+ by its definition in float64, nothing shifted, added or clamped (Choromanski et al. 2021, Lemma 1
+    and section 2.3): phi(x) = m^-1/2 exp(w_i.x~ - |x~|^2/2), x~ = x d^-1/4, and
+    y = phi(Q) (phi(K)^T V) / phi(Q) (phi(K)^T 1); causal: the prefix sums over m <= n, written as the
+    lower-triangular part of phi(Q) phi(K)^T. q, k, v: ... x N x d; w: m x d."""
+    q, k, v, w = (t.double() for t in (q, k, v, w))
+
+    def phi(x):
+        x = x * x.size(-1) ** -0.25
+        return torch.exp(x @ w.T - (x * x).sum(-1, keepdim=True) / 2) / w.size(0) ** 0.5
+
+    fq, fk = phi(q), phi(k)
+    if causal:
+        A = (fq @ fk.transpose(-1, -2)).tril()
+        return (A @ v) / A.sum(-1, keepdim=True)
+    return (fq @ (fk.transpose(-1, -2) @ v)) / (fq @ fk.sum(-2)[..., None])
+
+
+def _relative(y, expected):
+    return ((y - expected).norm() / expected.norm()).item()
+
+
+# the inputs' q and k entries: N(0, 1) (random), and N(0, 4), whose logits q.k / sqrt(d) spread with standard
+# deviation 4 and reach about 20 at N = 2048: the peaked attention of a trained model
+FAVOR_SCALES = {"random": 1.0, "large": 2.0}
+
+
+@pytest.mark.parametrize("N", [64, 512, 2048])
+@pytest.mark.parametrize("m", [128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_performer_is_favor_plus_by_its_definition_at_the_papers_sizes(causal, m, N):
+    """One head of d = 64, the layer's evaluation features, float64: the layer (its chunked causal form), the
+    quadratic causal form and incremental decoding are all FAVOR+ to 1e-6 relative (Frobenius), over all
+    positions and over the first 8 (a causal query there sees few keys)."""
+    torch.manual_seed(0)
+    module = registry.build("performer", 64, 1, causal=causal, num_features=m).double().eval()
+    w = module.feature_map.eval_rows[0]
+    g = torch.Generator().manual_seed(N + m)
+    x = torch.zeros(1, N, 64, dtype=torch.float64)  # read by gated maps only
+    for name, scale in FAVOR_SCALES.items():
+        q, k = (scale * torch.randn(1, 1, N, 64, generator=g, dtype=torch.float64) for _ in range(2))
+        v = torch.randn(1, 1, N, 64, generator=g, dtype=torch.float64)
+        expected = favor_plus(q, k, v, w, causal)
+        outputs = {"layer": module.attend(x, q, k, v, None)}
+        if causal:
+            f = module.feature_map(q, k, fixed=True)
+            outputs["quadratic"] = forms.causal_quadratic(f.q, f.k, v, f.k_log_scale)
+            cache = {}
+            outputs["decoding"] = torch.cat([module.step(x[:, t : t + 1], q[..., t : t + 1, :], k[..., t : t + 1, :],
+                                                         v[..., t : t + 1, :], cache) for t in range(N)], -2)
+        for form, y in outputs.items():
+            for part in (slice(None), slice(0, 8)):
+                error = _relative(y[..., part, :], expected[..., part, :])
+                assert error < 1e-6, f"{name} inputs, {form}, positions {part}: {error:.2e} from FAVOR+"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_performer_is_finite_in_float32_and_bfloat16_autocast_with_logits_up_to_30(causal):
+    """Queries and keys projected so that the largest |q.k| / sqrt(d) is 30 (d = 64, m = 256, N = 512, a padded
+    row): float32 and bfloat16 autocast outputs are finite, float32 within 1e-3 of float64, and so are the
+    gradients of a training forward (fresh features) under autocast; causal decoding is finite under autocast."""
+    torch.manual_seed(0)
+    module = registry.build("performer", 128, 2, causal=causal)
+    N = 512
+    x = torch.randn(2, N, 128)
+    mask = torch.zeros(2, N, dtype=torch.bool)
+    mask[1, -100:] = True
+    with torch.no_grad():
+        q, k, _ = module.project(x)
+        factor = (30 / ((q @ k.transpose(-1, -2)).abs().amax() / 8)) ** 0.5
+        for proj in (module.q_proj, module.k_proj):
+            proj.weight.mul_(factor)
+            proj.bias.mul_(factor)
+        q, k, _ = module.project(x)
+        assert abs((q @ k.transpose(-1, -2)).abs().amax() / 8 - 30) < 1e-3
+    module.eval()
+    with torch.no_grad():
+        expected = module.double()(x.double(), mask).float()
+        module.float()
+        torch.testing.assert_close(module(x, mask)[~mask], expected[~mask], rtol=1e-3, atol=1e-3)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert torch.isfinite(module(x, mask)).all()
+            if causal:
+                assert torch.isfinite(module(x[:1, :64], cache={})).all()
+    module.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module(x, mask)
+    assert torch.isfinite(y).all()
+    y[~mask].float().square().sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters())
 
 
 def test_favor_stabilisers_keep_float32_accurate_where_the_plain_features_underflow():
-    """Large q, k: every plain feature exp(w.x~ - |x~|^2/2) of some keys is 0 in float32 (0/0 unshifted); the
-    shifted features give the float64 outputs."""
+    """Large q, k (logits q.k / sqrt(d) in the hundreds): every plain feature exp(w.x~ - |x~|^2/2) of some keys is
+    0 in float32 (0/0 unshifted); the shifted features give the float64 outputs. (At logits in the thousands the
+    shifted features of one query span more than float32's exponent range, and float32 no longer does.)"""
     module = checks.build("performer", True, train=False)
     with torch.no_grad():
-        module.q_proj.weight.mul_(30)
-        module.k_proj.weight.mul_(30)
+        module.q_proj.weight.mul_(15)
+        module.k_proj.weight.mul_(15)
     x = torch.randn(2, 9, checks.EMBED, dtype=torch.float64)
     expected = module(x)
     module.float()
@@ -382,7 +471,7 @@ def test_the_shared_checks_hold(name, options, directions):
 
 
 # gradcheck of the whole layer is slow (hundreds of forwards): the quick suite checks the causal FAVOR+ layer
-# (shifts, eps, chunks); the chunked form's own gradcheck above covers the gate's decay
+# (shifts, chunks); the chunked form's own gradcheck above covers the gate's decay
 QUICK_GRADIENTS = {("performer-positive", True)}
 GRADIENT_CASES = [pytest.param(name, options, causal, marks=() if (i, causal) in QUICK_GRADIENTS else pytest.mark.slow,
                                id=f"{i}-{'causal' if causal else 'bidirectional'}")

@@ -32,10 +32,12 @@ def _check_num_features(num_features):
 class LinearAttention(ProjectedAttention):
     """Normalised linear attention over `self.feature_map`'s features (set by the subclass).
 
-    `chunk_size`: queries per chunk of the causal form; `min_denominator`: the clamp of phi(q)^T z."""
+    `chunk_size`: queries per chunk of the causal form; `min_denominator`: a clamp of phi(q)^T z for maps whose
+    features can make it <= 0 (0: none, only the dtype's smallest normal number, which binds only where a query
+    sees no real key: its output is 0, not 0/0; forms.py)."""
 
     chunk_size = 64
-    min_denominator = 1e-2
+    min_denominator = 0.0
 
     def gating(self, x):
         """A gated state's (1 - g_t, log g_t), B x H x N each, or (None, None): the keys' features are scaled by
@@ -57,9 +59,9 @@ class LinearAttention(ProjectedAttention):
         with torch.autocast(q.device.type, enabled=False):
             f, s, lam, v32 = self._features(x, q, k, v, fixed=not self.training)
             if self.causal:
-                y = forms.causal_chunked(f.q, f.k, v32, s, lam, f.k_eps, real, self.min_denominator, self.chunk_size)
+                y = forms.causal_chunked(f.q, f.k, v32, s, lam, real, self.min_denominator, self.chunk_size)
             else:
-                y = forms.bidirectional(f.q, f.k, v32, s, f.k_eps, real, self.min_denominator)
+                y = forms.bidirectional(f.q, f.k, v32, s, real, self.min_denominator)
         return y.to(q.dtype)
 
     def step(self, x, q, k, v, cache):
@@ -68,14 +70,15 @@ class LinearAttention(ProjectedAttention):
             f, s, lam, v32 = self._features(x, q, k, v, fixed=True)
             if not cache:
                 cache.update(forms.initial_state(f.q, v32))
-            y = forms.recurrent_step(cache, f.q, f.k, v32, s, lam, f.k_eps, self.min_denominator)
+            y = forms.recurrent_step(cache, f.q, f.k, v32, s, lam, self.min_denominator)
         return y.to(q.dtype)
 
 
 class PerformerAttention(LinearAttention):
     """Performer, FAVOR+ (Choromanski et al. 2021), `kernel` positive or relu, `num_features` m random features.
-    Fresh iid features every training forward, a fixed orthogonal draw (saved with the model) at evaluation; the
-    denominator is clamped at 1e-2, as in the authors' code."""
+    Fresh iid features every training forward, a fixed orthogonal draw (saved with the model) at evaluation. The
+    output is FAVOR+'s by its definition: the max-shifts that keep the exponentials in range cancel, and nothing is
+    added to the features or clamped in the denominator (the relu map's eps excepted; feature_maps.FavorPlus)."""
 
     def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, kernel="positive", num_features=256):
         super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout)
@@ -89,7 +92,10 @@ class RFAAttention(LinearAttention):
     """Random Feature Attention (Peng et al. 2021): trigonometric random features of unit-norm q and k with a learned
     sigma per head, optionally gated (causal only): g_t = sigmoid(w_g . x_t + b_g) per head,
     S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T and z likewise (Eq. 7). phi(q)^T z can be <= 0 with
-    trigonometric features: the denominator is clamped at 1e-2."""
+    trigonometric features (sin and cos take either sign): the denominator is clamped at 1e-2, the one map of
+    the family that needs a clamp (the EVA authors' linear_attention clamps every map's at 1e-2)."""
+
+    min_denominator = 1e-2
 
     def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, num_features=64, gate=False):
         super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout)

@@ -1,7 +1,7 @@
 """The feature maps phi of the linear-attention family, one map per head, shared by queries and keys.
 
-Each map's forward(q, k, fixed) gives `Features`: phi(q), and the keys' psi with an optional log-scale s and an
-eps added after the shift (forms.py: phi_n(k_m) = psi_m exp(s_m - c_n) + eps). The random maps draw fresh iid
+Each map's forward(q, k, fixed) gives `Features`: phi(q), and the keys' psi with an optional log-scale s
+(forms.py: phi_n(k_m) = psi_m exp(s_m - c_n), with a shift c_n that cancels). The random maps draw fresh iid
 Gaussian rows every training forward from torch's global generator, and use a fixed orthogonal draw, a buffer
 saved with the model, at evaluation (`fixed=True`), as the authors' code does (efficient_attention's
 KernelizedAttention, sample scheme "default").
@@ -19,7 +19,6 @@ class Features(NamedTuple):
     q: Tensor  # phi(q): B x H x N x m
     k: Tensor  # psi(k): B x H x N x m
     k_log_scale: Optional[Tensor] = None  # s: B x H x N (None: 0)
-    k_eps: float = 0.0  # added to every key feature after the shift
 
 
 def gaussian_rows(heads, rows, dim, orthogonal=False, device=None, dtype=None):
@@ -58,17 +57,29 @@ class RandomFeatureMap(nn.Module):
 
 
 class FavorPlus(RandomFeatureMap):
-    """Performer's maps (Choromanski et al. 2021). positive: phi(x) = m^-1/2 exp(w_i.x~ - |x~|^2/2), an unbiased
-    estimate of exp(q.k/sqrt(d)); the exponent is shifted by its largest value (per query row; for keys the layer
-    shifts by the largest over the keys each query sees) and eps = 1e-4 is added after the shift, as in the
-    authors' code. relu: phi(x) = m^-1/2 ReLU(W x~) + 1e-3, which estimates the order-1 arc-cosine kernel
-    (|q~||k~|/2pi)(sin t + (pi - t) cos t); the EVA paper's masked LM used it because the positive map did not
-    converge."""
+    """Performer's maps (Choromanski et al. 2021).
+
+    positive: FAVOR+ as defined, phi(x) = m^-1/2 exp(w_i.x~ - |x~|^2/2) with x~ = x d^-1/4, an unbiased estimate
+    of exp(q.k/sqrt(d)) (Lemma 1). For range only, a query's exponents are shifted by their largest value and
+    the keys' by the largest over the keys each query sees (the layer, forms.py): one factor per query on
+    numerator and denominator alike, so the output is FAVOR+'s exactly. Nothing is added to the features.
+    (Performer's code adds 1e-6 (TensorFlow) or 1e-4 (JAX) to the features after its shift, and the EVA
+    authors' code 1e-4; both shift by the largest w.x only, keeping exp(-|x~|^2/2). Small beside the shifted
+    features of d = 64 and m = 256, that constant changes the output: it is left out here.)
+
+    relu: phi(x) = m^-1/2 ReLU(W x~) + eps, eps = 1e-3, which without eps estimates the order-1 arc-cosine
+    kernel (|q~||k~|/2pi)(sin t + (pi - t) cos t). eps is part of this map as its authors have it: the EVA
+    authors' code, whose masked LM used this map because the positive one did not converge (generalized_projection
+    in HKUNLP/efficient-attention, efficient_attention/kernelized_attention.py: this form, eps = 0.001), and
+    Performer's own (numerical_stabilizer = 0.001 of relu_kernel_transformation, google-research
+    performer/fast_attention/tensorflow/fast_attention.py, there on ReLU(m^-1/2 W x) without the d^-1/4)."""
+
+    RELU_EPS = 1e-3
 
     def __init__(self, heads, num_features, head_dim, kernel="positive"):
         super().__init__(heads, num_features, head_dim)
         self.kernel = kernel
-        self.eps = 1e-4 if kernel == "positive" else 1e-3
+        self.eps = self.RELU_EPS if kernel == "relu" else 0.0  # the positive map adds nothing
 
     def forward(self, q, k, fixed=False):
         w = self.rows(fixed, q)
@@ -78,9 +89,8 @@ class FavorPlus(RandomFeatureMap):
             return Features(ratio * F.relu(q * scale @ w.transpose(-1, -2)) + self.eps,
                             ratio * F.relu(k * scale @ w.transpose(-1, -2)) + self.eps)
         aq, ak = positive_logits(q, w), positive_logits(k, w)
-        fq = ratio * torch.exp(aq - aq.amax(-1, keepdim=True)) + self.eps
-        s = ak.amax(-1)
-        return Features(fq, ratio * torch.exp(ak - s[..., None]), s, self.eps)
+        s = ak.amax(-1)  # the keys' exponents, carried as a log-scale for the layer's shift
+        return Features(ratio * torch.exp(aq - aq.amax(-1, keepdim=True)), ratio * torch.exp(ak - s[..., None]), s)
 
 
 class RandomFourier(RandomFeatureMap):

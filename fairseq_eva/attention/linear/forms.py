@@ -7,21 +7,22 @@ With query features phi(q_n) and key features phi_n(k_m) (B x H x N x m), the ou
 over the real keys m (and m <= n when causal). The key features are given as psi_m (B x H x N x m) with a
 log-scale s_m (B x H x N) and a per-step log-decay lambda_t (B x H x N, causal), and reach the query n as
 
-    phi_n(k_m) = psi_m exp(s_m + Lambda_n - Lambda_m - c_n) + eps,    Lambda_n = sum_{t <= n} lambda_t,
+    phi_n(k_m) = psi_m exp(s_m + Lambda_n - Lambda_m - c_n),    Lambda_n = sum_{t <= n} lambda_t,
     c_n = max over the keys m that n sees of s_m + Lambda_n - Lambda_m.
 
-- s carries what would overflow if folded into psi: FAVOR+'s exponent (feature_maps.py), so that c_n is the
-  authors' key stabiliser, the largest exponent, taken over the prefix m <= n when causal (nothing then
-  depends on later tokens). With eps = 0 it cancels between numerator and denominator; eps (added after the
-  shift, as in the authors' code) only goes with lambda = 0.
+- s carries what would overflow if folded into psi: FAVOR+'s exponent (feature_maps.py). The shift c_n is
+  common to every key that query n sees, so it cancels between numerator and denominator: it keeps the
+  exponentials in range and changes nothing else. It is taken over the prefix m <= n when causal (nothing then
+  depends on later tokens).
 - lambda is RFA's gate, log g_t (Peng et al. 2021, Eq. 7: S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T, with
   1 - g_t folded into psi_t); without s, c_n = 0 and every exponent is <= 0.
 
-The denominator is clamped at `min_denominator` (trigonometric features can make it <= 0; with every key
-hidden it is 0 and the output 0). Padded keys have phi(k) = 0, eps included. The causal forms: the quadratic
-one (materialises N x N; for tests), the chunked one (the layer's: within a chunk the quadratic form, across
-chunks a state carried with its own shift; nothing N x N) and the recurrent one (the state of incremental
-decoding, O(1) a token). All three compute the same c_n where eps > 0.
+The denominator is clamped at `min_denominator`, and at least at the smallest normal number of its dtype: with
+nonnegative features that bound binds only where every weight is 0 (a query that sees no real key), whose
+output is then 0 rather than 0/0; trigonometric features (RFA) can make the denominator <= 0 and take a larger
+clamp. Padded keys have phi(k) = 0. The causal forms: the quadratic one (materialises N x N; for tests), the
+chunked one (the layer's: within a chunk the quadratic form, across chunks a state carried with its own
+shift; nothing N x N) and the recurrent one (the state of incremental decoding, O(1) a token).
 """
 
 from typing import Dict
@@ -35,38 +36,28 @@ def _lowest(dtype):
     return torch.finfo(dtype).min / 4
 
 
-def _prepare(fk, v, s, lam, eps, real):
-    """Zeros for absent s and lambda; padded keys get psi = 0, s = -inf (no weight, eps included), lambda = 0."""
+def _prepare(fk, s, lam, real):
+    """Zeros for absent s and lambda; padded keys get psi = 0, s = -inf (no weight), lambda = 0."""
     B, H, N, _ = fk.shape
-    if eps and lam is not None:
-        raise ValueError("eps after the shift is only defined without a decay (lambda)")
     s = fk.new_zeros(B, H, N) if s is None else s
     lam = fk.new_zeros(B, H, N) if lam is None else lam
     if real is None:
-        return fk, s, lam, fk.new_ones(1, 1, N)
+        return fk, s, lam
     pad = ~real[:, None, :]  # B x 1 x N
-    fk = fk.masked_fill(pad[..., None], 0.0)
-    s = s.masked_fill(pad, float("-inf"))
-    lam = lam.masked_fill(pad, 0.0)
-    return fk, s, lam, real[:, None, :].to(fk.dtype)
+    return fk.masked_fill(pad[..., None], 0.0), s.masked_fill(pad, float("-inf")), lam.masked_fill(pad, 0.0)
 
 
-def _divide(num, den, min_denominator):
-    return num / den.clamp_min(min_denominator)[..., None]
+def _divide(num, den, min_denominator=0.0):
+    """num / den, den clamped at min_denominator and at least at the dtype's smallest normal number."""
+    return num / den.clamp_min(max(min_denominator, torch.finfo(den.dtype).tiny))[..., None]
 
 
-def _eps_terms(fq, v, r, eps):
-    """The eps part of every key feature: eps sum_j phi(q_n)_j times the running sums of v and of 1 over real keys."""
-    qsum = eps * fq.sum(-1)  # B x H x N
-    return qsum[..., None] * (v * r[..., None]).cumsum(-2), qsum * r.cumsum(-1)
-
-
-def bidirectional(fq, fk, v, s=None, eps=0.0, real=None, min_denominator=1e-2):
+def bidirectional(fq, fk, v, s=None, real=None, min_denominator=0.0):
     """phi(Q) (phi(K)^T V) / phi(Q) (phi(K)^T 1): every real key for every query, with one shift c (the
     largest s over the real keys of the row)."""
-    fk, s, _, r = _prepare(fk, v, s, None, eps, real)
+    fk, s, _ = _prepare(fk, s, None, real)
     c = s.amax(-1, keepdim=True).clamp_min(_lowest(s.dtype))
-    fk = (fk * torch.exp(s - c)[..., None] + eps) * r[..., None]
+    fk = fk * torch.exp(s - c)[..., None]
     num = fq @ (fk.transpose(-1, -2) @ v)
     den = fq @ fk.sum(-2)[..., None]
     return _divide(num, den.squeeze(-1), min_denominator)
@@ -80,24 +71,20 @@ def _causal_exponents(s, lam_cumsum):
     return E.masked_fill(future, float("-inf"))
 
 
-def causal_quadratic(fq, fk, v, s=None, lam=None, eps=0.0, real=None, min_denominator=1e-2):
+def causal_quadratic(fq, fk, v, s=None, lam=None, real=None, min_denominator=0.0):
     """The N x N weights a_nm with m <= n, materialised (for tests)."""
-    fk, s, lam, r = _prepare(fk, v, s, lam, eps, real)
+    fk, s, lam = _prepare(fk, s, lam, real)
     E = _causal_exponents(s, lam.cumsum(-1))
     c = E.amax(-1, keepdim=True).clamp_min(_lowest(E.dtype))
     A = (fq @ fk.transpose(-1, -2)) * torch.exp(E - c)
-    if eps:
-        N = fq.size(-2)
-        below = torch.ones(N, N, dtype=fq.dtype, device=fq.device).tril()
-        A = A + eps * fq.sum(-1)[..., None] * below * r[..., None, :]
     return _divide(A @ v, A.sum(-1), min_denominator)
 
 
-def causal_chunked(fq, fk, v, s=None, lam=None, eps=0.0, real=None, min_denominator=1e-2, chunk_size=64):
+def causal_chunked(fq, fk, v, s=None, lam=None, real=None, min_denominator=0.0, chunk_size=64):
     """Chunks of `chunk_size` queries: the quadratic form inside the chunk, plus the state of the keys before it,
     S = sum_m psi_m exp(s_m + Lambda_end - Lambda_m - c_end) v_m^T kept at the shift c_end of the previous
     chunk's last position (and z likewise). Costs O(N (chunk_size + m) d); the largest tensor is chunk x chunk."""
-    fk, s, lam, r = _prepare(fk, v, s, lam, eps, real)
+    fk, s, lam = _prepare(fk, s, lam, real)
     B, H, N, m = fk.shape
     state = fk.new_zeros(B, H, m, v.size(-1))
     norm = fk.new_zeros(B, H, m)
@@ -120,50 +107,39 @@ def causal_chunked(fq, fk, v, s=None, lam=None, eps=0.0, real=None, min_denomina
         state = decay[..., None] * state + w_end.transpose(-1, -2) @ v_c
         norm = decay * norm + w_end.sum(-2)
         c_prev = c_end
-    num, den = torch.cat(nums, -2), torch.cat(dens, -1)
-    if eps:
-        eps_num, eps_den = _eps_terms(fq, v, r, eps)
-        num, den = num + eps_num, den + eps_den
-    return _divide(num, den, min_denominator)
+    return _divide(torch.cat(nums, -2), torch.cat(dens, -1), min_denominator)
 
 
 def initial_state(fq, v) -> Dict[str, Tensor]:
-    """The recurrent state before any key: S (B x H x m x d), z (B x H x m) at shift c (B x H), and the running
-    sums of v and of 1 that eps needs."""
+    """The recurrent state before any key: S (B x H x m x d) and z (B x H x m) at shift c (B x H)."""
     B, H, _, m = fq.shape
-    d = v.size(-1)
     return {
-        "state": fq.new_zeros(B, H, m, d),
+        "state": fq.new_zeros(B, H, m, v.size(-1)),
         "normaliser": fq.new_zeros(B, H, m),
         "shift": fq.new_full((B, H), _lowest(fq.dtype)),
-        "value_sum": fq.new_zeros(B, H, d),
-        "count": fq.new_zeros(B, H),
     }
 
 
-def recurrent_step(cache, fq, fk, v, s=None, lam=None, eps=0.0, min_denominator=1e-2, real=None):
+def recurrent_step(cache, fq, fk, v, s=None, lam=None, min_denominator=0.0, real=None):
     """One position (B x H x 1 x ...): S_t = exp(c_{t-1} + lambda_t - c_t) S_{t-1} + exp(s_t - c_t) psi_t v_t^T,
     c_t = max(c_{t-1} + lambda_t, s_t); updates `cache` in place and returns y_t (B x H x 1 x d)."""
-    fk, s, lam, r = _prepare(fk, v, s, lam, eps, real)
-    fq, fk, v, s, lam, r = fq[..., 0, :], fk[..., 0, :], v[..., 0, :], s[..., 0], lam[..., 0], r[..., 0]
+    fk, s, lam = _prepare(fk, s, lam, real)
+    fq, fk, v, s, lam = fq[..., 0, :], fk[..., 0, :], v[..., 0, :], s[..., 0], lam[..., 0]
     c = torch.maximum(cache["shift"] + lam, s)
     decay, weight = torch.exp(cache["shift"] + lam - c), torch.exp(s - c)
     state = decay[..., None, None] * cache["state"] + (weight[..., None] * fk)[..., None] * v[..., None, :]
     norm = decay[..., None] * cache["normaliser"] + weight[..., None] * fk
-    value_sum = cache["value_sum"] + r[..., None] * v
-    count = cache["count"] + r
-    cache.update(state=state, normaliser=norm, shift=c, value_sum=value_sum, count=count)
-    num = (fq[..., None, :] @ state).squeeze(-2) + eps * fq.sum(-1, keepdim=True) * value_sum
-    den = (fq * norm).sum(-1) + eps * fq.sum(-1) * count
-    return _divide(num, den, min_denominator)[..., None, :]
+    cache.update(state=state, normaliser=norm, shift=c)
+    num = (fq[..., None, :] @ state).squeeze(-2)
+    return _divide(num, (fq * norm).sum(-1), min_denominator)[..., None, :]
 
 
-def causal_recurrent(fq, fk, v, s=None, lam=None, eps=0.0, real=None, min_denominator=1e-2):
+def causal_recurrent(fq, fk, v, s=None, lam=None, real=None, min_denominator=0.0):
     """Token by token through recurrent_step (the incremental-decoding state)."""
     cache = initial_state(fq, v)
     N = fq.size(-2)
     at = lambda t, x: None if x is None else x[:, :, t : t + 1]  # noqa: E731  (B x H x N ...: position t)
-    ys = [recurrent_step(cache, at(t, fq), at(t, fk), at(t, v), at(t, s), at(t, lam), eps, min_denominator,
+    ys = [recurrent_step(cache, at(t, fq), at(t, fk), at(t, v), at(t, s), at(t, lam), min_denominator,
                          None if real is None else real[:, t : t + 1]) for t in range(N)]
     return torch.cat(ys, -2)
 

@@ -9,10 +9,10 @@ import math
 import torch
 
 
-def features(kind, x, params, eps=0.0, shift=None):
+def features(kind, x, params, eps=0.0):
     """phi(x) per row (... x d -> ... x m). kind: positive | relu (params["w"]), rfa (params["w"], params["sigma"]
-    per head), elu, t2r (params["w"], params["b"]). positive: m^-1/2 exp(w.x~ - |x~|^2/2 - shift) + eps, where
-    `shift` (... or None) is subtracted from the exponent."""
+    per head), elu, t2r (params["w"], params["b"]). positive: m^-1/2 exp(w.x~ - |x~|^2/2), unshifted (float64
+    holds it at the scales of the tests); relu: m^-1/2 ReLU(w.x~) + eps."""
     d = x.size(-1)
     if kind == "elu":
         return torch.where(x > 0, x + 1, torch.exp(x))
@@ -29,17 +29,12 @@ def features(kind, x, params, eps=0.0, shift=None):
     wx = torch.einsum("hkd,bh...d->bh...k", w, xt)
     if kind == "relu":
         return torch.relu(wx) / math.sqrt(m) + eps
-    exponent = wx - (xt * xt).sum(-1, keepdim=True) / 2
-    if shift is not None:
-        exponent = exponent - shift[..., None]
-    return torch.exp(exponent) / math.sqrt(m) + eps
+    return torch.exp(wx - (xt * xt).sum(-1, keepdim=True) / 2) / math.sqrt(m)
 
 
-def reference(q, k, v, kind, params, causal=False, real=None, gate=None, eps=0.0, stabilise=True,
-              min_denominator=0.0):
-    """q, k, v: B x H x N x d; real: B x N, True at real keys; gate: B x H x N, g_t in [0, 1] (causal).
-    positive with `stabilise`: the query's exponent shifted by its own largest, each key's by the largest
-    exponent over the keys that query sees (as the layer), eps added after the shift."""
+def reference(q, k, v, kind, params, causal=False, real=None, gate=None, eps=0.0, min_denominator=0.0):
+    """q, k, v: B x H x N x d; real: B x N, True at real keys; gate: B x H x N, g_t in [0, 1] (causal); eps: the
+    relu map's; min_denominator: a clamp of sum_m a_nm (0: none)."""
     q, k, v = (t.double() for t in (q, k, v))
     params = {name: p.double() for name, p in params.items()}
     B, H, N, d = q.shape
@@ -49,14 +44,8 @@ def reference(q, k, v, kind, params, causal=False, real=None, gate=None, eps=0.0
         if causal:
             seen[:, n + 1 :] = False
         seen = seen[:, None, :].expand(B, H, N)
-        if kind == "positive" and stabilise:
-            qn = q[:, :, n : n + 1]
-            fq = features(kind, qn, params, eps, shift=_exponent(qn, params["w"]).amax(-1))[:, :, 0]
-            ek = _exponent(k, params["w"]).masked_fill(~seen[..., None], float("-inf"))
-            fk = features(kind, k, params, eps, shift=ek.amax((-1, -2))[..., None].expand(B, H, N))
-        else:
-            fq = features(kind, q[:, :, n : n + 1], params, eps)[:, :, 0]
-            fk = features(kind, k, params, eps)
+        fq = features(kind, q[:, :, n : n + 1], params, eps)[:, :, 0]
+        fk = features(kind, k, params, eps)
         a = (fk * fq[:, :, None]).sum(-1)  # B x H x N
         if gate is not None:
             for m in range(n + 1):
@@ -67,7 +56,3 @@ def reference(q, k, v, kind, params, causal=False, real=None, gate=None, eps=0.0
         out[:, :, n] = (a[..., None] * v).sum(2) / den[..., None]
     return out
 
-
-def _exponent(x, w):
-    xt = x.double() / x.size(-1) ** 0.25
-    return torch.einsum("hkd,bh...d->bh...k", w.double(), xt) - (xt * xt).sum(-1, keepdim=True) / 2
