@@ -129,6 +129,8 @@ def test_mlm_hyperparameters(name):
         check_baseline(c, name, "encoder_attention")
     if attention == "eva":
         assert (c.model.eva_window_size, c.model.eva_num_chunks) == (256, 128)
+    if attention in ("eva", "local"):  # the per-place bias table that makes the paper's 136M (benchmarks/fidelity.py)
+        assert c.model.eva_rpe is True and c.model.eva_rpe_type == "table"
 
 
 def check_baseline(c, name, key):
