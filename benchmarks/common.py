@@ -21,6 +21,7 @@ what was measured before it. CUDA: torch.cuda.max_memory_allocated above what wa
 """
 
 import ctypes
+import datetime
 import importlib
 import json
 import math
@@ -73,8 +74,10 @@ def setup(args):
 
 
 def machine(device):
-    """The machine a result was measured on."""
+    """The machine a result was measured on, and the commit and date it measured (the pages name both)."""
     info = {
+        "commit": commit(),
+        "date": datetime.date.today().isoformat(),
         "device": str(device),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
