@@ -1,7 +1,8 @@
-"""Transformer-LS: the module against its float64 reference with padding (DualLN, landmarks, relative position
-bias); without landmarks and DualLN it is the registry's block-local attention; W^P = 0 makes every landmark the
-mean key and value (one summary with logit + log r); a window covering the sequence without landmarks or LN is
-softmax; the shared checks (padding, gradients); options named in their errors; the cost."""
+"""Transformer-LS: the module against its float64 reference with padding (DualLN in both orders, landmarks,
+relative position bias), the two orders being different functions; without landmarks and DualLN it is the
+registry's block-local attention; W^P = 0 makes every landmark the mean key and value (one summary with logit +
+log r); a window covering the sequence without landmarks or LN is softmax; the shared checks (padding,
+gradients); options named in their errors; the cost."""
 
 import math
 
@@ -35,16 +36,33 @@ def layer_norm(norm):
     return None if norm is None else (norm.weight, norm.bias, norm.eps)
 
 
-def test_equals_its_float64_reference_with_padding():
-    module = checks.build("long_short", train=False, window_size=3, num_landmarks=3)
+def _with_dual_ln(order):
+    module = checks.build("long_short", train=False, window_size=3, num_landmarks=3, dual_ln_order=order)
     for norm in (module.local_norm, module.landmark_norm):  # not the identity-like start
         torch.nn.init.normal_(norm.weight)
         torch.nn.init.normal_(norm.bias)
+    return module
+
+
+@pytest.mark.parametrize("order", long_short.DUAL_LN_ORDERS)
+def test_equals_its_float64_reference_with_padding(order):
+    """norm_first: K~ = LN_G(P^T LN_L(K)) (NVIDIA's code); project_first: K~ = LN_G(P^T K) (the paper's)."""
+    module = _with_dual_ln(order)
     x, mask = padded()
     expected = expected_output(module, x, mask, lambda q, k, v, real: long_short.reference(
         x, q, k, v, 3, real, module.landmarks.weight.T, layer_norm(module.local_norm),
-        layer_norm(module.landmark_norm), module.rpe))
+        layer_norm(module.landmark_norm), module.rpe, dual_ln_order=order))
     assert_real_close(module(x, mask), expected, mask)
+
+
+def test_the_two_dual_ln_orders_are_different_functions():
+    """The same parameters give other outputs in the other order (P mixes other keys): the option matters."""
+    x, mask = padded()
+    norm_first = _with_dual_ln("norm_first")
+    project_first = _with_dual_ln("project_first")
+    project_first.load_state_dict(norm_first.state_dict())
+    gap = (norm_first(x, mask) - project_first(x, mask))[~mask].abs().max()
+    assert gap > 1e-2, gap
 
 
 def test_without_landmarks_and_dual_ln_it_is_the_registrys_local_attention():
@@ -94,13 +112,15 @@ def test_a_window_covering_the_sequence_without_landmarks_or_ln_is_softmax(windo
     assert_real_close(module(x, mask), expected_output(module, x, mask, softmax), mask)
 
 
-@pytest.mark.parametrize("options", [dict(window_size=2, num_landmarks=3), dict(window_size=5, num_landmarks=0)])
+@pytest.mark.parametrize("options", [dict(window_size=2, num_landmarks=3), dict(window_size=5, num_landmarks=0),
+                                     dict(window_size=2, num_landmarks=3, dual_ln_order="project_first")])
 def test_padding_changes_nothing_for_the_real_tokens(options):
     checks.check_padding("long_short", **options)
 
 
-def test_gradients():
-    checks.check_gradients("long_short", **dict(window_size=2, num_landmarks=3))
+@pytest.mark.parametrize("order", long_short.DUAL_LN_ORDERS)
+def test_gradients(order):
+    checks.check_gradients("long_short", **dict(window_size=2, num_landmarks=3, dual_ln_order=order))
 
 
 @pytest.mark.parametrize("options,message", [
@@ -108,6 +128,7 @@ def test_gradients():
     (dict(num_landmarks=-1), "num_landmarks must be an integer >= 0, got -1"),
     (dict(dual_ln=1), "dual_ln must be true or false"),
     (dict(use_rpe=None), "use_rpe must be true or false"),
+    (dict(dual_ln_order="paper"), "dual_ln_order must be one of norm_first, project_first; got 'paper'"),
 ])
 def test_a_bad_option_is_named(options, message):
     with pytest.raises(ValueError, match=message):

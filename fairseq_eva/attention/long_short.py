@@ -6,9 +6,16 @@ Long branch: a dynamic projection of the layer input X onto r landmarks per head
     K~_h = P_h^T K_h,   V~_h = P_h^T V_h                      (r rows per head);
 
 short branch: the keys of the query's block of w. One softmax over [K~_h ; block keys]. DualLN: one LayerNorm on
-the local K and V, another on K~ and V~, each over the model width D = H d (the authors' code; the paper writes
-them per head), so that the two kinds of keys are on one scale. The joint softmax is EVA's kernel
-(joint_softmax.py) with K~, V~ as every block's summaries.
+the local K and V, LN_L, another on K~ and V~, LN_G, each over the model width D = H d (NVIDIA's code; the paper
+writes them per head), so that the two kinds of keys are on one scale. The two sources order them differently
+(`dual_ln_order`):
+
+    norm_first:     K~ = LN_G(P^T LN_L(K))   (NVIDIA's code, in each of its tasks: the landmarks mix the
+                                               normalised local keys);
+    project_first:  K~ = LN_G(P^T K)         (the paper's equations: the landmarks mix the raw keys),
+
+and V~ likewise; the local keys are LN_L(K) in both. The joint softmax is EVA's kernel (joint_softmax.py) with
+K~, V~ as every block's summaries.
 """
 
 
@@ -21,6 +28,8 @@ from .joint_softmax import joint_softmax, pad_to_blocks
 from .layout import lowest
 from .mechanism import BIDIRECTIONAL, Mechanism, Option
 from .relative_position import RelativePositionBias
+
+DUAL_LN_ORDERS = ("norm_first", "project_first")
 
 
 def long_short_cost(N, embed_dim, num_heads, causal=False, window_size=256, num_landmarks=128, **_):
@@ -40,12 +49,13 @@ class LongShortAttention(ProjectedAttention):
     """Transformer-LS: exact softmax over the query's block of w keys and r dynamic landmarks per head, jointly.
 
     window_size: w; num_landmarks: r (0: block-local attention only); dual_ln: the two LayerNorms (off: the raw
-    keys and values); use_rpe: a learned relative position bias (T5 buckets, as EVA's and the local attention's)
+    keys and values); dual_ln_order: whether P mixes the LN_L-ed or the raw keys and values (the module's
+    docstring); use_rpe: a learned relative position bias (T5 buckets, as EVA's and the local attention's)
     on the logits inside the block. W^P has no bias: a constant over positions cancels in P's softmax.
     Attention dropout applies to the joint softmax's probabilities (not to P)."""
 
     def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, window_size=256, num_landmarks=128,
-                 dual_ln=True, use_rpe=True):
+                 dual_ln=True, dual_ln_order="norm_first", use_rpe=True):
         if causal:
             raise ValueError("long_short attention is bidirectional only")
         if not isinstance(window_size, int) or isinstance(window_size, bool) or window_size < 1:
@@ -55,8 +65,10 @@ class LongShortAttention(ProjectedAttention):
         for name, value in (("dual_ln", dual_ln), ("use_rpe", use_rpe)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
+        if dual_ln_order not in DUAL_LN_ORDERS:
+            raise ValueError(f"dual_ln_order must be one of {', '.join(DUAL_LN_ORDERS)}; got {dual_ln_order!r}")
         super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout)
-        self.window_size, self.num_landmarks = window_size, num_landmarks
+        self.window_size, self.num_landmarks, self.dual_ln_order = window_size, num_landmarks, dual_ln_order
         self.landmarks = nn.Linear(embed_dim, num_heads * num_landmarks, bias=False) if num_landmarks else None
         self.local_norm = nn.LayerNorm(embed_dim) if dual_ln else None
         self.landmark_norm = nn.LayerNorm(embed_dim) if dual_ln and num_landmarks else None
@@ -64,15 +76,18 @@ class LongShortAttention(ProjectedAttention):
 
     def extra_repr(self):
         return (f"window_size={self.window_size}, num_landmarks={self.num_landmarks}, "
-                f"dual_ln={self.local_norm is not None}, use_rpe={self.rpe is not None}")
+                f"dual_ln={self.local_norm is not None}, dual_ln_order={self.dual_ln_order}, "
+                f"use_rpe={self.rpe is not None}")
 
     def attend(self, x, q, k, v, lengths):
         B, H, N, d = q.shape
+        raw_k, raw_v = k, v
         if self.local_norm is not None:
             k, v = _layer_norm(self.local_norm, k), _layer_norm(self.local_norm, v)
         k_summary = beta = chunk_ok = None
         if self.landmarks is not None:
-            k_summary, beta = self.dynamic_projection(x, k, v, lengths)
+            mixed = (raw_k, raw_v) if self.dual_ln_order == "project_first" else (k, v)
+            k_summary, beta = self.dynamic_projection(x, *mixed, lengths)
             if lengths is not None:  # a row without a real token has no landmarks
                 chunk_ok = (lengths > 0)[:, None].expand(B, self.num_landmarks)
         w = min(self.window_size, N)  # a window longer than the sequence is one block of N: the same biases
@@ -103,24 +118,29 @@ def _ln(t, norm):
 
 
 @torch.no_grad()
-def reference(x, q, k, v, window, real=None, landmarks=None, local_norm=None, landmark_norm=None, rpe=None):
+def reference(x, q, k, v, window, real=None, landmarks=None, local_norm=None, landmark_norm=None, rpe=None,
+              dual_ln_order="norm_first"):
     """Per-query float64 Transformer-LS: x B x N x D, q, k, v B x H x N x d (real tokens first); real: B x N, True at
     real tokens; landmarks: W^P, D x H r (None: no landmarks); local_norm, landmark_norm: (weight, bias, eps) of the
-    LayerNorms over D (None: off); rpe: bias(relative position) -> H-vector, or None."""
+    LayerNorms over D (None: off); rpe: bias(relative position) -> H-vector, or None; dual_ln_order: norm_first,
+    K~ = LN_G(P^T LN_L(K)), or project_first, K~ = LN_G(P^T K) (V~ likewise)."""
     x, q, k, v = (t.double() for t in (x, q, k, v))
     B, H, N, d = q.shape
     real = torch.ones(B, N, dtype=torch.bool) if real is None else real
     out = torch.zeros_like(q)
     for b in range(B):
         K, V = k[b].transpose(0, 1).reshape(N, H * d), v[b].transpose(0, 1).reshape(N, H * d)  # N x D
+        K_p, V_p = K.view(N, H, d), V.view(N, H, d)  # what P mixes, project_first: the raw keys and values
         if local_norm is not None:
             K, V = _ln(K, local_norm), _ln(V, local_norm)
         K, V = K.view(N, H, d), V.view(N, H, d)
+        if dual_ln_order == "norm_first":
+            K_p, V_p = K, V
         r = 0 if landmarks is None else landmarks.size(1) // H
         if r:
             scores = (x[b] @ landmarks.double()).view(N, H, r)
             P = torch.softmax(scores.masked_fill(~real[b, :, None, None], float("-inf")), dim=0)  # over positions
-            K_r, V_r = torch.einsum("nhl,nhe->lhe", P, K), torch.einsum("nhl,nhe->lhe", P, V)  # r x H x d
+            K_r, V_r = torch.einsum("nhl,nhe->lhe", P, K_p), torch.einsum("nhl,nhe->lhe", P, V_p)  # r x H x d
             if landmark_norm is not None:
                 K_r = _ln(K_r.reshape(r, H * d), landmark_norm).view(r, H, d)
                 V_r = _ln(V_r.reshape(r, H * d), landmark_norm).view(r, H, d)
@@ -145,6 +165,9 @@ MECHANISMS = (Mechanism(
             "paper's masked LM: 128; 0: block-local attention only)"),
      Option("dual_ln", bool, True, "DualLN: one LayerNorm on the local keys and values, another on the landmark "
             "keys and values"),
+     Option("dual_ln_order", str, "norm_first", "DualLN's order: norm_first, the landmarks mix the normalised "
+            "local keys and values, LN_G(P^T LN_L(K)) (NVIDIA's code); project_first, the raw ones, LN_G(P^T K) "
+            "(the Transformer-LS paper's equations)", DUAL_LN_ORDERS),
      Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the block")),
     long_short_cost, "Transformer-LS: exact softmax over a local block and r dynamic landmarks per head, jointly",
 ),)
