@@ -3,8 +3,10 @@ in subprocesses, parsing their logs, preparing subsets of the bundled sample onc
 importing scripts/*.py as modules."""
 
 import importlib.util
+import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +57,55 @@ def run(tool, *args, cwd=None, input=None, timeout=600, check=True, env=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"{tool} failed ({proc.returncode}):\n{proc.log[-6000:]}")
     return proc
+
+
+# Each job: a fairseq_cli tool and its arguments, or Python code. Its output (stderr too) lies between markers; an
+# exception is reported by sys.excepthook, as the tool's own process reports it (one line for the plugin's errors).
+# fairseq keeps a run's best validation loss on its save_checkpoint function: it is dropped before each job.
+JOBS = r"""
+import importlib, json, sys
+sys.stderr = sys.stdout
+for job in json.loads(sys.argv[1]):
+    print("=== job " + job["name"], flush=True)
+    status = 0
+    try:
+        from fairseq import checkpoint_utils
+        vars(checkpoint_utils.save_checkpoint).pop("best", None)
+        if "code" in job:
+            sys.argv = ["python"]
+            exec(job["code"], {})
+        else:
+            tool = importlib.import_module("fairseq_cli." + job["tool"])
+            sys.argv = ["fairseq-" + job["tool"].replace("_", "-"), *map(str, job["args"])]
+            tool.cli_main()
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    print(f"=== end {job['name']} {status}", flush=True)
+"""
+
+
+def run_jobs(jobs, cwd):
+    """Run the jobs (name: (tool, *args) or {"code": ...}) in one process, so that fairseq is imported once;
+    {name: (status, output)}."""
+    listed = [{"name": name, "code": job["code"]} if isinstance(job, dict) else
+              {"name": name, "tool": job[0], "args": [str(a) for a in job[1:]]} for name, job in jobs.items()]
+    proc = run("python", "-c", JOBS, json.dumps(listed), cwd=cwd, input="", check=False)
+    results = {}
+    for name, body, status in re.findall(r"^=== job (\S+)\n(.*?)^=== end \1 (-?\d+)$", proc.stdout, re.M | re.S):
+        results[name] = (int(status), body)
+    assert set(results) == set(jobs), proc.log[-3000:]
+    return results
+
+
+def last_line(result):
+    """The last line of a job that failed without a traceback."""
+    status, output = result
+    assert status != 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    return output.strip().splitlines()[-1]
 
 
 def start_as_in_a_terminal(command, **popen):

@@ -1,10 +1,9 @@
 """Mistakes with fairseq's command-line tools: those fairseq meets before the plugin is loaded print what
 docs/troubleshooting.md says they print; those the plugin meets end with one line.
 
-Most mistakes run as jobs of one process (`run_jobs`): fairseq's tools called one after another, as their
-console scripts call them, so that fairseq is imported once rather than per mistake."""
+Most mistakes run as jobs of one process (`fairseq_helpers.run_jobs`): fairseq's tools called one after another,
+as their console scripts call them, so that fairseq is imported once rather than per mistake."""
 
-import json
 import re
 import shutil
 
@@ -12,56 +11,9 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import REPO, USER_DIR, lm_data, run, translation_data  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, last_line, lm_data, run_jobs, translation_data  # noqa: E402
 
 DOC = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
-
-# Each job: a fairseq_cli tool and its arguments, or Python code. Its output (stderr too) lies between markers; an
-# exception is reported by sys.excepthook, as the tool's own process reports it (one line for the plugin's errors).
-# fairseq keeps a run's best validation loss on its save_checkpoint function: it is dropped before each job.
-JOBS = r"""
-import importlib, json, sys
-sys.stderr = sys.stdout
-for job in json.loads(sys.argv[1]):
-    print("=== job " + job["name"], flush=True)
-    status = 0
-    try:
-        from fairseq import checkpoint_utils
-        vars(checkpoint_utils.save_checkpoint).pop("best", None)
-        if "code" in job:
-            sys.argv = ["python"]
-            exec(job["code"], {})
-        else:
-            tool = importlib.import_module("fairseq_cli." + job["tool"])
-            sys.argv = ["fairseq-" + job["tool"].replace("_", "-"), *map(str, job["args"])]
-            tool.cli_main()
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        status = 1
-    print(f"=== end {job['name']} {status}", flush=True)
-"""
-
-
-def run_jobs(jobs, cwd):
-    """Run the jobs (name: (tool, *args) or {"code": ...}) in one process; {name: (status, output)}."""
-    listed = [{"name": name, "code": job["code"]} if isinstance(job, dict) else
-              {"name": name, "tool": job[0], "args": [str(a) for a in job[1:]]} for name, job in jobs.items()]
-    proc = run("python", "-c", JOBS, json.dumps(listed), cwd=cwd, input="", check=False)
-    results = {}
-    for name, body, status in re.findall(r"^=== job (\S+)\n(.*?)^=== end \1 (-?\d+)$", proc.stdout, re.M | re.S):
-        results[name] = (int(status), body)
-    assert set(results) == set(jobs), proc.log[-3000:]
-    return results
-
-
-def last_line(result):
-    status, output = result
-    assert status != 0, output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    return output.strip().splitlines()[-1]
-
 
 def documented(prefix):
     """The message of the troubleshooting row whose message starts with `prefix`."""

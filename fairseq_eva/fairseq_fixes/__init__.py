@@ -32,6 +32,8 @@ with `python -c` and no `import fairseq_eva`):
   checkpoint in `AttributeError: ... supported_targets`.
 - quiet_logs: four or five INFO lines of fairseq's iterator caching on every pass over a dataset (`reuse_dataloader
   = True`, `creating new batches for epoch 1`). Without it: any fairseq-train run, or a hub translate call.
+- same_attention: fairseq-train resumes or fine-tunes a checkpoint into a model of another attention. Without it: a
+  language model trained with --decoder-attention elu resumes under --decoder-attention softmax without a word.
 - save_dir: a run that fails before training leaves an empty --save-dir that looks like a run.
   Without it: fairseq-train with a bad option leaves the folder.
 - wall_clock: the log's `wall` reads 0 after a resume from a checkpoint saved within an epoch.
@@ -52,12 +54,13 @@ from . import (
     interrupt,
     model_fit,
     quiet_logs,
+    same_attention,
     save_dir,
     wall_clock,
 )
 
 INSTALLED = (batch_limits, batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window,
-             harmless_warnings, interrupt, model_fit, quiet_logs, save_dir, wall_clock)
+             harmless_warnings, interrupt, model_fit, quiet_logs, same_attention, save_dir, wall_clock)
 
 
 def install():

@@ -4,11 +4,19 @@ import warnings
 from argparse import Namespace
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from ..errors import FP16Error, under_hydra
 from ..fairseq_fixes.distributed import check_launch
-from ..modules.options import EVA_LAYER, EVAOptionError, attention_kind, check_model_keys, option_name, validate_eva_args
+from ..modules.options import (
+    EVA_LAYER,
+    EVAOptionError,
+    attention_kind,
+    attention_record,
+    check_model_keys,
+    option_name,
+    validate_eva_args,
+)
 
 
 def as_namespace(args):
@@ -19,21 +27,36 @@ def as_namespace(args):
     return args
 
 
-def prepare_args(model_class, args, architecture, roles):
+def prepare_args(model_class, args, architecture):
     """The checks and defaults before a model is built; returns the args as a Namespace.
 
-    `architecture` fills what the config leaves unset (old or hand-written configs); `roles` maps each EVA role
-    to its attention option (see validate_eva_args). A mistake stops here, before any batch is loaded."""
+    `architecture` fills what the config leaves unset (old or hand-written configs); `model_class.ATTENTION_ROLES`
+    maps each role to its attention option (see validate_eva_args). A mistake stops here, before any batch is
+    loaded."""
+    roles = model_class.ATTENTION_ROLES
     check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
     hydra = OmegaConf.is_config(args)
     if hydra:
         check_model_keys(args, model_class)  # a misspelled model. key would otherwise be ignored
+    given = args
     args = as_namespace(args)
     architecture(args)
     validate_eva_args(args, roles, hydra)
     if any(attention_kind(args, attention, hydra) in EVA_LAYER for attention in roles.values()):
         check_kernel_runs_here(args, hydra)
+    record(given, args, attention_record(args, roles, hydra))
     return args
+
+
+def record(given, args, values):
+    """Write the attention record into the model's options, which fairseq saves in its checkpoints: into the Namespace
+    (fairseq-train's, and a checkpoint's) and, under fairseq-hydra-train, into the config the trainer saves too."""
+    for key, value in values.items():
+        setattr(args, key, value)
+    if OmegaConf.is_config(given):
+        with open_dict(given):
+            for key, value in values.items():
+                given[key] = value
 
 
 def _device_and_dtype(args):

@@ -22,6 +22,9 @@ from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
 class RobertaEVAModel(HalfNeedsCUDA, PinnedKernelTrains, RobertaModel):
     """fairseq's RobertaModel whose encoder self-attention is EVA."""
 
+    # each self-attention's role and the option that chooses its mechanism
+    ATTENTION_ROLES = {ENCODER: "encoder_attention"}
+
     @classmethod
     def hub_models(cls):
         return {}
@@ -40,7 +43,7 @@ class RobertaEVAModel(HalfNeedsCUDA, PinnedKernelTrains, RobertaModel):
                     args.tokens_per_sample = task.max_positions()
                 args.max_positions = args.tokens_per_sample
 
-        args = prepare_args(cls, args, architecture, {ENCODER: "encoder_attention"})
+        args = prepare_args(cls, args, architecture)
         encoder = RobertaEVAEncoder(args, task.source_dictionary)
         return cls(args, encoder)
 

@@ -25,6 +25,9 @@ from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
 class TransformerEVAModel(HalfNeedsCUDA, PinnedKernelTrains, TransformerModel):
     """fairseq's TransformerModel whose encoder (and optionally decoder) self-attention is EVA."""
 
+    # each self-attention's role and the option that chooses its mechanism
+    ATTENTION_ROLES = {ENCODER: "encoder_attention", DECODER: "decoder_attention"}
+
     @classmethod
     def hub_models(cls):
         return {}
@@ -36,7 +39,7 @@ class TransformerEVAModel(HalfNeedsCUDA, PinnedKernelTrains, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_architecture, {ENCODER: "encoder_attention", DECODER: "decoder_attention"})
+        args = prepare_args(cls, args, base_architecture)
         return super().build_model(args, task)
 
     @classmethod

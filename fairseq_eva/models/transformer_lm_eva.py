@@ -38,6 +38,9 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, Transformer
     defaults; the other options are fairseq's transformer_lm options.
     """
 
+    # each self-attention's role and the option that chooses its mechanism
+    ATTENTION_ROLES = {LM: "decoder_attention"}
+
     @classmethod
     def hub_models(cls):
         return {}
@@ -49,7 +52,7 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, Transformer
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_lm_eva_architecture, {LM: "decoder_attention"})
+        args = prepare_args(cls, args, base_lm_eva_architecture)
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:

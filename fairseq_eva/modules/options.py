@@ -431,6 +431,43 @@ def validate_eva_args(args, roles, hydra=False):
             raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")
 
 
+# ------------------------------------------------------------------ what a checkpoint records
+
+# how an EVA layer is computed, not what it computes: a trained model may run with another kernel or compile mode
+NOT_RECORDED = ("eva_kernel", "eva_compile")
+
+
+def attention_record(args, roles, hydra=False):
+    """{model attribute: value}: each role's mechanism (`roles` maps a role to its attention attribute) and every
+    option that configures it, defaults included. Written into the model's options when it is built, so that a
+    checkpoint holds it (fairseq saves them), an evaluation tool builds the model it was trained as even after a
+    default changed, and a run that loads it into another model is refused (fairseq_fixes.same_attention)."""
+    record = {}
+    for role, attention in roles.items():
+        kind = attention_kind(args, attention, hydra)
+        record[attention] = kind
+        if kind in EVA_LAYER:
+            attributes = _attributes(role)
+            unused = {"causal", "dropout", "embed_dim", "num_heads"}
+            unused |= {"num_chunks", "chunk_size"} if kind == "local" else {"num_chunks"} if role == DECODER else set()
+            for field, value in EVAOptions.from_args(args, role, hydra, chunks=kind == "eva").kwargs().items():
+                if field not in unused and attributes[field] not in NOT_RECORDED:
+                    record[attributes[field]] = value
+        elif kind != "softmax":
+            for option, value in mechanism_options(args, kind, hydra).items():
+                record[mechanism_option(kind, option)] = value
+    return record
+
+
+def show_record(record, attributes, hydra=False):
+    """`--decoder-attention elu, --performer-num-features 256`: the record's values of `attributes` as options."""
+    def value(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return ", ".join(f"{option_name(a, hydra)} {value(record[a])}" if a in record else f"no {option_name(a, hydra)}"
+                     for a in attributes)
+
+
 # ------------------------------------------------------------------ unknown keys under fairseq-hydra-train
 
 
