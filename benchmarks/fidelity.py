@@ -226,7 +226,7 @@ def main(argv=None):
         json.dump({"results": results}, f, indent=1)
     meta = {"command": "python -m benchmarks.fidelity" + (f" --rows {args.rows}" if args.rows else ""),
             "commit": common.commit(), "date": datetime.date.today().isoformat(),
-            "device": "none: counted on torch's meta device (shapes only)"}
+            "device": "on torch's meta device (shapes only, on a CPU)"}
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return 0

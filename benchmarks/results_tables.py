@@ -296,9 +296,14 @@ README_CONFIGS = [
 
 def readme_paper_configs():
     ratios = {eva: ratio_span(r) for eva, r in paper_config_ratios().items()}
-    lines = ["| config | paper | measured here |", "|---|---|---|"]
-    lines += [f"| {config} | {paper} | {measured.format(**ratios)} |" for config, paper, measured in README_CONFIGS]
-    return "\n".join(lines) + "\n\nThe words/s: " + measured_at("triton_check")
+    meta = load("fidelity", "meta.json")
+    lines = ["| config | paper | parameters at full size (the paper's) | measured here |", "|---|---|---|---|"]
+    lines += [f"| {config} | {paper} | {fidelity_params(config)} | {measured.format(**ratios)} |"
+              for config, paper, measured in README_CONFIGS]
+    return "\n".join(lines) + (
+        f"\n\nThe parameters: counted at commit {meta['commit']} ({meta['date']}) with the paper's dictionaries "
+        "([the table](docs/results.md#the-papers-configs-at-full-size); record "
+        "`benchmarks/results/fidelity/`). The words/s: " + measured_at("triton_check"))
 
 
 def correctness_rows(record):
@@ -542,6 +547,67 @@ def learning_summary():
     return "\n".join(lines)
 
 
+# --- the paper's configs at full size ------------------------------------------------------------------------------
+
+PARAMS_TOLERANCE, FLOPS_TOLERANCE = 0.01, 0.05  # beyond these a difference is fixed in the config or explained
+
+
+def fidelity_rows():
+    """{row: the fidelity record's row}: each config's parameters and layer multiply-adds beside the paper's."""
+    return {r["config"]: r for r in load("fidelity", "fidelity.json")["results"]}
+
+
+def millions(n):
+    return f"{n / 1e6:.2f}M" if n < 1e8 else f"{n / 1e6:.1f}M"
+
+
+def difference(ours, paper):
+    percent = f"{100 * (ours / paper - 1):+.1f}%"
+    return "0.0%" if percent[1:] == "0.0%" else percent
+
+
+def beyond_tolerance(r):
+    """Which of the row's two numbers differ from the paper's by more than the tolerances."""
+    found = []
+    if r["paper_params_m"] and abs(r["params"] / (r["paper_params_m"] * 1e6) - 1) > PARAMS_TOLERANCE:
+        found.append("parameters")
+    if r["paper_flops_g"] and abs(r["macs"] / (r["paper_flops_g"] * 1e9) - 1) > FLOPS_TOLERANCE:
+        found.append("multiply-adds")
+    return found
+
+
+def fidelity():
+    """Every config at full size: parameters and the layers' multiply-adds of one sequence, beside the paper's
+    #Params and FLOPs, and the rows whose difference is beyond the tolerances."""
+    meta = load("fidelity", "meta.json")
+    lines = ["| config | parameters | paper's #Params | difference | multiply-adds of the layers, one sequence "
+             "(length) | paper's FLOPs | difference | the paper's numbers from |", "|---" * 8 + "|"]
+    for name, r in fidelity_rows().items():
+        params, flops = r["paper_params_m"], r["paper_flops_g"]
+        macs = f"{r['macs'] / 1e9:.1f}G ({r['length']})" if "macs" in r else "-"
+        lines.append(
+            f"| `{name}` | {millions(r['params'])} | {f'{params:g}M' if params else '-'} "
+            f"| {difference(r['params'], params * 1e6) if params else '-'} | {macs} | {f'{flops:g}G' if flops else '-'} "
+            f"| {difference(r['macs'], flops * 1e9) if flops else '-'} | {r['paper_source'] or '-'} |")
+    beyond = [f"`{name}` ({' and '.join(found)})" for name, r in fidelity_rows().items()
+              if (found := beyond_tolerance(r))]
+    lines += ["", f"Beyond 1% in parameters or 5% in multiply-adds: {', '.join(beyond) or 'none'}; each is explained "
+              "in [docs/design.md](design.md#the-papers-configs-at-full-size). Counted at commit "
+              f"{meta['commit']} ({meta['date']}, {meta['device']}; record `benchmarks/results/fidelity/`)."]
+    return "\n".join(lines)
+
+
+def fidelity_params(configs):
+    """The README's cell for a row of configs: each one's parameters at full size, with the paper's in brackets."""
+    rows = fidelity_rows()
+    cells = []
+    for name in re.findall(r"`(\w+)`", configs):
+        r = rows[name]
+        paper = f" ({r['paper_params_m']:g}M)" if r["paper_params_m"] else ""
+        cells.append(millions(r["params"]) + paper)
+    return ", ".join(cells)
+
+
 # --- operation counts -----------------------------------------------------------------------------------------------
 
 def op_count():
@@ -742,6 +808,7 @@ TABLES = {
     "gpu-profile": gpu_profile,
     "gpu-paper-configs": gpu_paper_configs,
     "gpu-paper-configs-readme": readme_paper_configs,
+    "fidelity": fidelity,
     "mlm-h200": mlm_h200,
     "causal-lm-chunks-of-4": chunks_of_4,
     "causal-lm-costs": causal_lm_costs,
