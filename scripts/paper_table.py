@@ -1,0 +1,490 @@
+#!/usr/bin/env python
+"""The paper's three language tables, one command each: at the sample's scale on a CPU, at full size on GPUs.
+
+  python scripts/paper_table.py --table mt --work DIR [--seeds 1,2,3] [--rows softmax,eva16,...]
+  python scripts/paper_table.py --table mt --scale full --data DATA --work DIR [--dry-run]
+
+Tables (--table) and their rows, named after the configs (configs/wmt14_en_de_ROW.yaml, wikitext103_ROW.yaml,
+mlm_ROW.yaml), with the paper's number beside each:
+  mt   WMT14 En-De, encoder self-attention: softmax, eva16, eva32, eva64, performer128, lara16, lara32, lara64;
+       test BLEU on compound-split tokenised output (and sacreBLEU);
+  lm   Wikitext-103, decoder self-attention: softmax_16l, eva_16l, elu_16l, rfa_16l, t2r_16l, softmax_32l,
+       eva_32l; test perplexity at context windows 0, 256 and 480;
+  mlm  masked LM, every encoder layer: softmax_2048, eva_2048, local_2048, performer_2048, linformer_2048,
+       lara_2048, reformer_2048, combiner_2048, long_short_2048, softmax_4096, eva_4096; validation perplexity.
+
+Scales (--scale):
+  sample  mt: each row's config with the tiny architecture of the demo (2+2 layers of
+          64 units, 4 heads, make demo) on the bundled En-De sample (data/sample/po_en_de, Moses and a joint
+          BPE of --bpe merges, as data_prep/prepare_wmt14_en_de.sh), --epochs epochs (the demo's 8, about
+          1,050 updates) or until --budget-minutes of the training process's CPU time, for each of --seeds.
+          The attention settings are the config's scaled as the demo scales EVA-32's (|E| = 8, C = 4): every
+          length and size by 1/4, the ratio of the head widths (16 to 64) and about that of the sentence
+          lengths (7 words a sentence on average against WMT14's 23 to 27), and C by 1/2 (SCALED below).
+          Then the last --average epoch checkpoints are averaged, and the test split translated with beam 4
+          and length penalty 0.6 (scripts/eval_wmt14.sh) on the CPU. --data replaces the sample with other
+          binarised data (the tests use a smaller one).
+          lm, mlm: scripts/long_context.py, the small language models of equal size at equal CPU time on the
+          bundled English prose (data/sample/doc_en, or --corpus), with the table's rows that have a small
+          counterpart (SAMPLE_ROWS: the 32-layer and 4096-token rows have none); arguments after `--` go to it
+          (e.g. -- --budget-minutes 10); its results.md and curves are the table.
+  full    the configs as they are on the GPUs that torch sees (scripts/train_wmt14.sh, train_wikitext103.sh,
+          train_mlm.sh: fairseq's distributed options, the paper's effective batch), then the paper's
+          evaluation (scripts/eval_wmt14.sh: the last 10 epoch checkpoints averaged, beam 4, length penalty
+          0.6, compound-split BLEU and sacreBLEU; scripts/eval_lm.sh at context windows 0, 256 and 480;
+          scripts/eval_mlm.sh: validation perplexity). --dry-run prints every command and runs none.
+Every run (a row and a seed) has its folder DIR/ROW-seedN; a run that has its result is skipped and one that
+stopped part way resumes from its checkpoint_last.pt, so the same command, run again, resumes. Progress goes
+to the terminal (one line a validation); the run's output to DIR/ROW-seedN/train.log and eval.log.
+At the end (and with --report alone), DIR/results.md: one table, each row's mean over its seeds with the
+seeds' range, the paper's number, parameters, updates and time; which rows' seed ranges do not overlap; and
+DIR/curves.png, validation loss against updates and against training time (CPU time at sample scale).
+"""
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import long_context  # noqa: E402  (the CPU-time clock, child processes and their clean stop)
+
+# The paper's numbers (EVA paper, tables 2 to 4); None where the paper's row quotes none that this table uses.
+# mt: test BLEU (Performer-128 and LARA from the LARA paper, as the EVA paper quotes them); lm: test perplexity
+# (the 32-layer EVA at context window 480); mlm: validation perplexity.
+PAPER = {
+    "mt": {"softmax": 27.5, "eva16": 27.2, "eva32": 27.3, "eva64": 27.5, "performer128": 23.5, "lara16": 26.4,
+           "lara32": 26.8, "lara64": 27.0},
+    "lm": {"softmax_16l": None, "eva_16l": 19.4, "elu_16l": None, "rfa_16l": None, "t2r_16l": None,
+           "softmax_32l": None, "eva_32l": 18.3},
+    "mlm": {"softmax_2048": 3.74, "eva_2048": 3.94, "local_2048": None, "performer_2048": None,
+            "linformer_2048": None, "lara_2048": None, "reformer_2048": 4.28, "combiner_2048": 4.12,
+            "long_short_2048": 4.01, "softmax_4096": 3.74, "eva_4096": 3.73},
+}
+METRIC = {"mt": ("test BLEU (compound-split)", True), "lm": ("test perplexity", False),
+          "mlm": ("validation perplexity", False)}  # (what the table compares, higher is better)
+CONFIG = {"mt": "wmt14_en_de_{}", "lm": "wikitext103_{}", "mlm": "mlm_{}"}
+TRAIN_SCRIPT = {"mt": "train_wmt14.sh", "lm": "train_wikitext103.sh", "mlm": "train_mlm.sh"}
+
+# Sample scale: the demo's tiny translation model and schedule (scripts/demo.sh), and each row's attention
+# settings scaled from its config (see the module's docstring).
+TINY = ["model._name=transformer_eva_tiny", "lr_scheduler.warmup_updates=60", "common.log_interval=10",
+        "dataset.num_workers=0", "optimization.update_freq=[1]"]
+SCALED = {"softmax": [], "eva16": ["model.eva_window_size=2", "model.eva_num_chunks=4"],
+          "eva32": ["model.eva_window_size=4", "model.eva_num_chunks=4"],
+          "eva64": ["model.eva_window_size=8", "model.eva_num_chunks=4"],
+          "performer128": ["model.performer_num_features=32"], "lara16": ["model.lara_num_landmarks=4"],
+          "lara32": ["model.lara_num_landmarks=8"], "lara64": ["model.lara_num_landmarks=16"]}
+SAMPLE = os.path.join(REPO, "data", "sample", "po_en_de")
+# lm and mlm rows at sample scale: scripts/long_context.py's row of the same attention
+SAMPLE_ROWS = {"lm": {"softmax_16l": "softmax", "eva_16l": "eva", "elu_16l": "elu", "rfa_16l": "rfa", "t2r_16l": "t2r"},
+               "mlm": {f"{name}_2048": name for name in ("softmax", "eva", "local", "performer", "linformer", "lara",
+                                                         "reformer", "combiner", "long_short")}}
+
+
+def log(message):
+    long_context.log(message)
+
+
+def run_dir(work, row, seed):
+    return os.path.join(work, f"{row}-seed{seed}")
+
+
+def bash(script, env):
+    return ["bash", os.path.join(HERE, script)], env
+
+
+# ---------------------------------------------------------------- sample scale (translation)
+
+def prepare_sample(args, env):
+    """The bundled En-De sample, Moses-tokenised, BPE-encoded and binarised as the WMT14 recipe does."""
+    if args.data:
+        return os.path.abspath(args.data)
+    data = os.path.join(args.work, "data-bin")
+    if os.path.exists(os.path.join(data, "test.en-de.de.idx")):
+        return data
+    log(f"data: {SAMPLE}, joint BPE of {args.bpe} merges ({args.work}/prep.log)")
+    prep_env = {**env, "WORK": os.path.join(args.work, "prep"), "DEST": data, "BPE_TOKENS": str(args.bpe),
+                "WORKERS": "1"}
+    long_context.run(["bash", os.path.join(REPO, "data_prep", "prepare_wmt14_en_de.sh"), "--raw", SAMPLE], prep_env,
+                     os.path.join(args.work, "prep.log"))
+    return data
+
+
+def sample_train_command(args, data, row, seed):
+    """`paper_table.py _train` (fairseq-hydra-train with a CPU-time clock) on the row's config, tiny."""
+    stop = [f"optimization.stop_time_hours={args.budget_minutes / 60}"] if args.budget_minutes else []
+    return [sys.executable, os.path.abspath(__file__), "_train", "--config-dir", os.path.join(REPO, "configs"),
+            "--config-name", CONFIG["mt"].format(row), f"common.user_dir={os.path.join(REPO, 'fairseq_eva')}",
+            f"task.data={data}", f"checkpoint.save_dir={run_dir(args.work, row, seed)}", "common.cpu=true",
+            "common.fp16=false", "distributed_training.distributed_world_size=1", f"common.seed={seed}",
+            f"dataset.max_tokens={args.max_tokens}", f"optimization.max_epoch={args.epochs}",
+            f"optimization.lr=[{args.lr}]", f"checkpoint.keep_last_epochs={args.average}", *stop, *TINY, *SCALED[row]]
+
+
+def train_sample(args, data, row, seed, env):
+    save = run_dir(args.work, row, seed)
+    done = os.path.join(save, "trained.json")
+    if os.path.exists(done):
+        return
+    os.makedirs(save, exist_ok=True)
+    cmd = sample_train_command(args, data, row, seed)
+    with open(os.path.join(save, "command.txt"), "w") as f:
+        f.write(" ".join(cmd[2:]).replace(REPO + "/", "") + "\n")
+    name, curve = os.path.basename(save), os.path.join(save, "curve.jsonl")
+    log(f"{name}: training ({save}/train.log)")
+    seen = sum(1 for _ in open(curve)) if os.path.exists(curve) else 0
+    load = os.getloadavg()[0]
+    with open(os.path.join(save, "train.log"), "a") as out:
+        proc = long_context.start(cmd, env={**env, "PAPER_TABLE_CURVE": curve}, stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            time.sleep(5)
+            lines = open(curve).read().splitlines() if os.path.exists(curve) else []
+            for line in lines[seen:]:
+                r = json.loads(line)
+                log(f"{name}: {r['updates']} updates, {r['cpu_s']:.0f} CPU s, valid loss {r['loss']:.3f}")
+            seen = len(lines)
+    if long_context.finish(proc) != 0:
+        sys.exit(f"error: training {name} failed; see {save}/train.log")
+    json.dump({"load": [load, os.getloadavg()[0]], "params": parameters(os.path.join(save, "train.log"))},
+              open(done, "w"))
+
+
+def parameters(logfile):
+    """The model's parameter count, from fairseq-train's log."""
+    for line in open(logfile, encoding="utf-8"):
+        m = re.search(r"num\. shared model params: ([\d,]+)", line)
+        if m:
+            return int(m.group(1).replace(",", ""))
+    return None
+
+
+def evaluate_mt(args, data, save, env, n_avg):
+    """scripts/eval_wmt14.sh on a run's folder: {bleu, sacrebleu} (also in save/result.json)."""
+    result = os.path.join(save, "result.json")
+    if os.path.exists(result):
+        return json.load(open(result))
+    log(f"{os.path.basename(save)}: average the last {n_avg} checkpoints, beam 4, length penalty 0.6, BLEU")
+    long_context.run(["bash", os.path.join(HERE, "eval_wmt14.sh"), save],
+                     {**env, "DATA": data, "N_AVG": str(n_avg), "NGPUS": str(args.gpus)}, os.path.join(save, "eval.log"))
+    import demo_report
+
+    bleu, sacre = demo_report.read_bleu(os.path.join(save, "bleu.test.txt"))
+    if bleu is None:
+        sys.exit(f"error: no BLEU in {save}/bleu.test.txt; see {save}/eval.log")
+    json.dump({"bleu": bleu, "sacrebleu": sacre}, open(result + ".tmp", "w"))
+    os.replace(result + ".tmp", result)
+    log(f"{os.path.basename(save)}: test BLEU {bleu:.2f} (compound-split), sacreBLEU {sacre}")
+    return {"bleu": bleu, "sacrebleu": sacre}
+
+
+def train_worker(argv):
+    """fairseq-hydra-train whose training time (and --stop-time-hours) is this process's CPU time, recording
+    (updates, CPU seconds, valid loss and nll_loss, base 2) at each validation in $PAPER_TABLE_CURVE."""
+    import fairseq_cli.train as fairseq_train
+    from fairseq.trainer import Trainer
+
+    long_context.count_cpu_time(Trainer)
+    valid_stats = fairseq_train.get_valid_stats
+
+    def recording_valid_stats(cfg, trainer, *rest):
+        stats = valid_stats(cfg, trainer, *rest)
+        with open(os.environ["PAPER_TABLE_CURVE"], "a") as f:
+            f.write(json.dumps({"updates": trainer.get_num_updates(), "cpu_s": trainer.cumulative_training_time(),
+                                "loss": float(stats["loss"]), "nll_loss": float(stats.get("nll_loss", "nan"))}) + "\n")
+        return stats
+
+    fairseq_train.get_valid_stats = recording_valid_stats
+    from fairseq_cli import hydra_train
+
+    sys.argv = ["fairseq-hydra-train", *argv]
+    hydra_train.cli_main()
+
+
+def long_context_command(args):
+    """scripts/long_context.py on the table's rows that have a small counterpart (lm and mlm at sample scale)."""
+    rows = [SAMPLE_ROWS[args.table][row] for row in args.rows]
+    return [sys.executable, os.path.join(HERE, "long_context.py"), args.corpus, "--work", args.work, "--task", args.table,
+            "--rows", ",".join(rows), "--seeds", ",".join(map(str, args.seeds)), "--parallel", str(args.parallel),
+            *args.extra]
+
+
+# ---------------------------------------------------------------- full scale
+
+def full_commands(args, row, seed):
+    """[(what, command, environment additions)] of one run at full size: training, then evaluation."""
+    save = run_dir(args.work, row, seed)
+    data = {"DATA": args.data, "SAVE_DIR": save}
+    train = ("train", ["bash", os.path.join(HERE, TRAIN_SCRIPT[args.table]), row, f"common.seed={seed}"], data)
+    if args.table == "mt":
+        evaluate = ("evaluate", ["bash", os.path.join(HERE, "eval_wmt14.sh"), save], {"DATA": args.data, "N_AVG": "10"})
+    elif args.table == "lm":
+        evaluate = ("evaluate", ["bash", os.path.join(HERE, "eval_lm.sh"), os.path.join(save, "checkpoint_best.pt")],
+                    {"DATA": args.data, "CONTEXTS": "0 256 480"})
+    else:
+        evaluate = ("evaluate", ["bash", os.path.join(HERE, "eval_mlm.sh"), os.path.join(save, "checkpoint_best.pt")],
+                    {"DATA": args.data})
+    return [train, evaluate]
+
+
+def shell_line(cmd, env):
+    import shlex
+
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, map(str, cmd))])
+
+
+def full_result(table, save):
+    """The paper's number of a run at full size, from its evaluation's files; None before its evaluation."""
+    if table == "mt":
+        import demo_report
+
+        bleu, sacre = demo_report.read_bleu(os.path.join(save, "bleu.test.txt"))
+        return None if bleu is None else {"bleu": bleu, "sacrebleu": sacre}
+    if table == "lm":
+        path = os.path.join(save, "ppl.tsv")
+        if not os.path.exists(path):
+            return None
+        import demo_report
+
+        rows = demo_report.read_ppl(path)
+        return {"ppl": {r["context"]: float(r["ppl"]) for r in rows if r["subset"] == "test"}}
+    path = os.path.join(save, "ppl.valid.txt")
+    return {"ppl": float(open(path).read().split()[-1])} if os.path.exists(path) else None
+
+
+def run_full(args, row, seed, env):
+    save = run_dir(args.work, row, seed)
+    if full_result(args.table, save) is not None:
+        return
+    os.makedirs(save, exist_ok=True)
+    for what, cmd, extra in full_commands(args, row, seed):
+        log(f"{row}-seed{seed}: {what}: {shell_line(cmd, extra)}")
+        long_context.run(cmd, {**env, **extra}, os.path.join(save, f"{what}.log"))
+
+
+# ---------------------------------------------------------------- the table
+
+def curve_of(table, save):
+    """[(updates, training seconds, valid loss)] of a run: curve.jsonl (sample scale, CPU seconds) or fairseq's
+    json valid records in train.log (full scale, wall-clock seconds)."""
+    path = os.path.join(save, "curve.jsonl")
+    if os.path.exists(path):
+        return [(r["updates"], r["cpu_s"], r["loss"]) for r in map(json.loads, open(path))]
+    import demo_report
+
+    records, _ = demo_report.read_log(os.path.join(save, "train.log"))
+    return [(r["valid_num_updates"], r.get("valid_wall", float("nan")), r["valid_loss"]) for r in records["valid"]]
+
+
+def collect(args):
+    """{row: [run summary of each seed with a result]}."""
+    runs = {}
+    for row in args.rows:
+        for seed in args.seeds:
+            save = run_dir(args.work, row, seed)
+            result = (json.load(open(os.path.join(save, "result.json")))
+                      if os.path.exists(os.path.join(save, "result.json")) else full_result(args.table, save))
+            if result is None:
+                continue
+            curve = curve_of(args.table, save)
+            trained = os.path.join(save, "trained.json")
+            params = (json.load(open(trained))["params"] if os.path.exists(trained)
+                      else parameters(os.path.join(save, "train.log")))
+            runs.setdefault(row, []).append({"seed": seed, "result": result, "curve": curve, "params": params})
+    return runs
+
+
+def score(table, result):
+    return result["bleu"] if table == "mt" else result["ppl"]["480"] if table == "lm" else result["ppl"]
+
+
+def spread_text(values):
+    mean = sum(values) / len(values)
+    return f"{mean:.2f}" if len(values) == 1 else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def orderings(table, runs):
+    """Sentences: the rows by their mean, and every pair whose seeds' ranges do not overlap (the one row's worst
+    seed better than the other's best), then those that do."""
+    name, higher = METRIC[table]
+    scores = {row: [score(table, r["result"]) for r in rs] for row, rs in runs.items()}
+    mean = {row: sum(v) / len(v) for row, v in scores.items()}
+    order = sorted(mean, key=lambda row: -mean[row] if higher else mean[row])
+    apart, close = [], []
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            worst_a = min(scores[a]) if higher else max(scores[a])
+            best_b = max(scores[b]) if higher else min(scores[b])
+            separated = worst_a > best_b if higher else worst_a < best_b
+            (apart if separated else close).append(f"{a} > {b}" if separated else f"{a} ~ {b}")
+    lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + ".",
+             f"Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
+             + (", ".join(apart) if apart else "none") + ".",
+             "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
+    return lines
+
+
+def report(args):
+    runs = collect(args)
+    name, _ = METRIC[args.table]
+    clock = "CPU" if args.scale == "sample" else "wall-clock"
+    lines = [f"# The {args.table} table at {args.scale} scale", "",
+             f"Rows: {', '.join(args.rows)}; seeds {','.join(map(str, args.seeds))}. {name}: the mean over seeds "
+             "(lowest-highest seed in brackets).", "",
+             f"| row | paper | {name} | sacreBLEU | seeds | parameters | updates | {clock} min |" if args.table == "mt"
+             else f"| row | paper | {name} | seeds | parameters | updates | {clock} min |",
+             "|---|---|---|---|---|---|---|---|" if args.table == "mt" else "|---|---|---|---|---|---|---|"]
+    for row, rs in runs.items():
+        paper = PAPER[args.table][row]
+        cells = [row, "-" if paper is None else f"{paper:g}", spread_text([score(args.table, r["result"]) for r in rs])]
+        if args.table == "mt":
+            cells.append(spread_text([r["result"]["sacrebleu"] for r in rs]) if all(r["result"]["sacrebleu"] is not None for r in rs) else "-")
+        params = {r["params"] for r in rs}
+        cells += [len(rs), ", ".join(f"{p:,}" for p in sorted(params)) if None not in params else "-",
+                  spread_text([r["curve"][-1][0] for r in rs if r["curve"]]).replace(".00", "") if all(r["curve"] for r in rs) else "-",
+                  spread_text([r["curve"][-1][1] / 60 for r in rs if r["curve"]]) if all(r["curve"] for r in rs) else "-"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    if runs:
+        lines += ["", *orderings(args.table, runs)]
+    with open(os.path.join(args.work, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    plot(runs, os.path.join(args.work, "curves.png"), f"{args.table}, {args.scale} scale", clock)
+    log(f"results: {args.work}/results.md, {args.work}/curves.png")
+    return runs
+
+
+def plot(runs, path, title, clock):
+    """Validation loss against updates (left) and training time (right); a row's seeds share a colour."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing: no plot")
+        return
+    if not runs:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4), sharey=True)
+    for i, (row, rs) in enumerate(runs.items()):
+        for j, r in enumerate(rs):
+            for ax, x in zip(axes, (0, 1)):
+                ax.plot([p[x] / (1 if x == 0 else 60) for p in r["curve"]], [p[2] for p in r["curve"]],
+                        "-" if j == 0 else "--", color=f"C{i % 10}", marker=".", label=row if j == 0 else None)
+    axes[0].set(xlabel="updates", ylabel="validation loss (base 2)", title=title)
+    axes[1].set(xlabel=f"training {clock} time (min)", title=title)
+    axes[1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=80, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- command line
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--table", required=True, choices=sorted(PAPER), help="the paper's table (see above)")
+    p.add_argument("--scale", default="sample", choices=("sample", "full"), help="sample (CPU) or full (GPUs) (sample)")
+    p.add_argument("--work", required=True, help="folder of the runs, resumable, and of results.md and curves.png")
+    p.add_argument("--rows", help="comma-separated rows (every row of the table)")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds, each row trained once per seed (1,2,3)")
+    p.add_argument("--data", help="full scale: the binarised data of the table (data_prep/)")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the run and run none")
+    p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished")
+    p.add_argument("--parallel", type=int, default=2, help="sample: runs trained at once, one thread each (2)")
+    p.add_argument("--epochs", type=int, default=8, help="sample: epochs of each run (8, as the demo)")
+    p.add_argument("--budget-minutes", type=float, default=0,
+                   help="sample: also stop a run at this much CPU time of its training process (0: no limit)")
+    p.add_argument("--max-tokens", type=int, default=2048, help="sample: tokens a batch (2048)")
+    p.add_argument("--lr", type=float, default=0.01, help="sample: peak learning rate (0.01, as the demo)")
+    p.add_argument("--average", type=int, default=3, help="sample: last epoch checkpoints averaged (3, as the demo)")
+    p.add_argument("--bpe", type=int, default=2000, help="sample: joint BPE merges (2000)")
+    p.add_argument("--corpus", default=os.path.join(REPO, "data", "sample", "doc_en"),
+                   help="lm and mlm at sample scale: plain text train.txt, valid.txt, test.txt (data/sample/doc_en)")
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[:len(argv) - len(extra) - (1 if "--" in argv else 0)])
+    args.extra = extra
+    sample_rows = SAMPLE_ROWS.get(args.table) if args.scale == "sample" else None
+    args.rows = (args.rows.split(",") if args.rows else
+                 list(sample_rows) if sample_rows else list(PAPER[args.table]))
+    unknown = [row for row in args.rows if row not in PAPER[args.table]]
+    if unknown:
+        p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(PAPER[args.table])}")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r}: give whole numbers separated by commas")
+    if sample_rows:
+        alone = [row for row in args.rows if row not in sample_rows]
+        if alone:
+            p.error(f"--rows: {', '.join(alone)} has no small counterpart at sample scale; the {args.table} rows there: "
+                    f"{', '.join(sample_rows)}")
+    if extra and not sample_rows:
+        p.error("arguments after -- go to scripts/long_context.py: only with --table lm or mlm at sample scale")
+    if args.scale == "full" and not args.data and not args.report:
+        p.error("--scale full needs --data, the binarised data of the table")
+    if args.parallel < 1:
+        p.error("--parallel must be at least 1")
+    args.gpus = 0
+    return args
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "_train":
+        return train_worker(sys.argv[2:])
+    args = parse_args()
+    args.work = os.path.abspath(args.work)
+    runs = [(row, seed) for seed in args.seeds for row in args.rows]  # seed by seed: an early stop leaves whole seeds
+    if args.dry_run and not (args.scale == "sample" and args.table != "mt"):
+        for row, seed in runs:
+            if args.scale == "full":
+                for what, cmd, extra in full_commands(args, row, seed):
+                    print(f"# {row}, seed {seed}: {what}\n{shell_line(cmd, extra)}")
+            else:
+                print(f"# {row}, seed {seed}: train, then evaluate with scripts/eval_wmt14.sh (N_AVG={args.average})\n"
+                      + shell_line(sample_train_command(args, os.path.join(args.work, "data-bin"), row, seed)[2:], {}))
+        return
+    if args.scale == "sample" and args.table != "mt":
+        cmd = long_context_command(args)
+        if args.dry_run:
+            print(shell_line(cmd, {}))
+            return
+        sys.exit(subprocess.call(cmd))
+    os.makedirs(args.work, exist_ok=True)
+    if args.report:
+        report(args)
+        return
+    import signal
+
+    signal.signal(signal.SIGTERM, long_context.stop_children)
+    tools = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHON": sys.executable,
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "NGPUS": os.environ.get("NGPUS", "0" if args.scale == "sample" else "")}
+    if not env["NGPUS"]:
+        del env["NGPUS"]
+    if args.scale == "full":
+        for row, seed in runs:
+            run_full(args, row, seed, env)
+    else:
+        data = prepare_sample(args, env)
+        with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+            def one(job):
+                train_sample(args, data, *job, env)
+                evaluate_mt(args, data, run_dir(args.work, *job), env, args.average)
+
+            list(pool.map(one, runs))
+    report(args)
+
+
+if __name__ == "__main__":
+    main()
