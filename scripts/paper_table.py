@@ -44,7 +44,6 @@ DIR/curves.png, validation loss against updates and against training time (CPU t
 import argparse
 import concurrent.futures
 import json
-import math
 import os
 import re
 import subprocess
@@ -95,10 +94,6 @@ def log(message):
 
 def run_dir(work, row, seed):
     return os.path.join(work, f"{row}-seed{seed}")
-
-
-def bash(script, env):
-    return ["bash", os.path.join(HERE, script)], env
 
 
 # ---------------------------------------------------------------- sample scale (translation)
@@ -172,8 +167,8 @@ def evaluate_mt(args, data, save, env, n_avg):
     if os.path.exists(result):
         return json.load(open(result))
     log(f"{os.path.basename(save)}: average the last {n_avg} checkpoints, beam 4, length penalty 0.6, BLEU")
-    long_context.run(["bash", os.path.join(HERE, "eval_wmt14.sh"), save],
-                     {**env, "DATA": data, "N_AVG": str(n_avg), "NGPUS": str(args.gpus)}, os.path.join(save, "eval.log"))
+    long_context.run(["bash", os.path.join(HERE, "eval_wmt14.sh"), save], {**env, "DATA": data, "N_AVG": str(n_avg)},
+                     os.path.join(save, "eval.log"))
     import demo_report
 
     bleu, sacre = demo_report.read_bleu(os.path.join(save, "bleu.test.txt"))
@@ -325,7 +320,7 @@ def orderings(table, runs):
             separated = worst_a > best_b if higher else worst_a < best_b
             (apart if separated else close).append(f"{a} > {b}" if separated else f"{a} ~ {b}")
     lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + ".",
-             f"Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
+             "Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
              + (", ".join(apart) if apart else "none") + ".",
              "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
     return lines
@@ -345,11 +340,14 @@ def report(args):
         paper = PAPER[args.table][row]
         cells = [row, "-" if paper is None else f"{paper:g}", spread_text([score(args.table, r["result"]) for r in rs])]
         if args.table == "mt":
-            cells.append(spread_text([r["result"]["sacrebleu"] for r in rs]) if all(r["result"]["sacrebleu"] is not None for r in rs) else "-")
+            sacre = [r["result"]["sacrebleu"] for r in rs]
+            cells.append("-" if None in sacre else spread_text(sacre))
         params = {r["params"] for r in rs}
+        ends = [r["curve"][-1] for r in rs if r["curve"]]
+        complete = len(ends) == len(rs)
         cells += [len(rs), ", ".join(f"{p:,}" for p in sorted(params)) if None not in params else "-",
-                  spread_text([r["curve"][-1][0] for r in rs if r["curve"]]).replace(".00", "") if all(r["curve"] for r in rs) else "-",
-                  spread_text([r["curve"][-1][1] / 60 for r in rs if r["curve"]]) if all(r["curve"] for r in rs) else "-"]
+                  spread_text([e[0] for e in ends]).replace(".00", "") if complete else "-",
+                  spread_text([e[1] / 60 for e in ends]) if complete else "-"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     if runs:
         lines += ["", *orderings(args.table, runs)]
@@ -434,7 +432,6 @@ def parse_args(argv=None):
         p.error("--scale full needs --data, the binarised data of the table")
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
-    args.gpus = 0
     return args
 
 
@@ -469,9 +466,9 @@ def main():
     tools = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "PYTHON": sys.executable,
-           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "NGPUS": os.environ.get("NGPUS", "0" if args.scale == "sample" else "")}
-    if not env["NGPUS"]:
-        del env["NGPUS"]
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if args.scale == "sample":
+        env["NGPUS"] = "0"  # the sample's runs, their evaluation included, on the CPU
     if args.scale == "full":
         for row, seed in runs:
             run_full(args, row, seed, env)
