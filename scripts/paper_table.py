@@ -39,6 +39,8 @@ to the terminal (one line a validation); the run's output to DIR/ROW-seedN/train
 At the end (and with --report alone), DIR/results.md: one table, each row's mean over its seeds with the
 seeds' range, the paper's number, parameters, updates and time; which rows' seed ranges do not overlap; and
 DIR/curves.png, validation loss against updates and against training time (CPU time at sample scale).
+--record FOLDER keeps what the table is made of (each run's command, curve and result, the table, the figure and
+a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/.
 """
 
 import argparse
@@ -278,22 +280,51 @@ def curve_of(table, save):
     return [(r["valid_num_updates"], r.get("valid_wall", float("nan")), r["valid_loss"]) for r in records["valid"]]
 
 
-def collect(args):
-    """{row: [run summary of each seed with a result]}."""
+RUN_DIR = re.compile(r"(.+)-seed([0-9]+)")
+RECORDED = ("command.txt", "curve.jsonl", "result.json", "trained.json", "bleu.test.txt", "ppl.tsv", "ppl.valid.txt")
+
+
+def collect(table, work, rows=None, seeds=None):
+    """{row: [summary of each seed's run with a result]} of the runs in `work` (all the table's rows and seeds
+    there when not given), in the table's order of rows."""
+    found = [m.groups() for m in map(RUN_DIR.fullmatch, sorted(os.listdir(work))) if m]
+    rows = rows or [row for row in PAPER[table] if any(r == row for r, _ in found)]
+    seeds = seeds or sorted({int(s) for _, s in found})
     runs = {}
-    for row in args.rows:
-        for seed in args.seeds:
-            save = run_dir(args.work, row, seed)
+    for row in rows:
+        for seed in seeds:
+            save = run_dir(work, row, seed)
             result = (json.load(open(os.path.join(save, "result.json")))
-                      if os.path.exists(os.path.join(save, "result.json")) else full_result(args.table, save))
+                      if os.path.exists(os.path.join(save, "result.json")) else full_result(table, save))
             if result is None:
                 continue
-            curve = curve_of(args.table, save)
             trained = os.path.join(save, "trained.json")
             params = (json.load(open(trained))["params"] if os.path.exists(trained)
                       else parameters(os.path.join(save, "train.log")))
-            runs.setdefault(row, []).append({"seed": seed, "result": result, "curve": curve, "params": params})
+            runs.setdefault(row, []).append({"seed": seed, "result": result, "curve": curve_of(table, save),
+                                             "params": params})
     return runs
+
+
+def keep_record(work, record):
+    """The runs' small files (commands, curves, results; not checkpoints or logs), the table and the figure,
+    copied into `record` (a folder under benchmarks/results/)."""
+    import shutil
+
+    for name in os.listdir(work):
+        if RUN_DIR.fullmatch(name):
+            os.makedirs(os.path.join(record, name), exist_ok=True)
+            for kept in RECORDED:
+                if os.path.exists(os.path.join(work, name, kept)):
+                    shutil.copy(os.path.join(work, name, kept), os.path.join(record, name, kept))
+    for kept in ("results.md", "curves.png"):
+        shutil.copy(os.path.join(work, kept), os.path.join(record, kept))
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "CPU")
+    meta = {"command": "python scripts/paper_table.py " + " ".join(sys.argv[1:]).replace(REPO + "/", ""),
+            "commit": commit.strip() or "unknown", "date": time.strftime("%Y-%m-%d"),
+            "device": f"{cpu}, {os.cpu_count()} cores, one thread a run"}
+    json.dump(meta, open(os.path.join(record, "meta.json"), "w"), indent=1)
 
 
 def score(table, result):
@@ -326,22 +357,20 @@ def orderings(table, runs):
     return lines
 
 
-def report(args):
-    runs = collect(args)
-    name, _ = METRIC[args.table]
-    clock = "CPU" if args.scale == "sample" else "wall-clock"
-    lines = [f"# The {args.table} table at {args.scale} scale", "",
-             f"Rows: {', '.join(args.rows)}; seeds {','.join(map(str, args.seeds))}. {name}: the mean over seeds "
-             "(lowest-highest seed in brackets).", "",
-             f"| row | paper | {name} | sacreBLEU | seeds | parameters | updates | {clock} min |" if args.table == "mt"
-             else f"| row | paper | {name} | seeds | parameters | updates | {clock} min |",
-             "|---|---|---|---|---|---|---|---|" if args.table == "mt" else "|---|---|---|---|---|---|---|"]
+def table_lines(table, scale, runs):
+    """The table (one line a row: the paper's number, the mean over seeds with their range, parameters, updates
+    and training time) and the orderings, as Markdown lines."""
+    name, _ = METRIC[table]
+    clock = "CPU" if scale == "sample" else "wall-clock"
+    sacre = ["sacreBLEU"] if table == "mt" else []
+    head = ["row", "paper", name, *sacre, "seeds", "parameters", "updates", f"{clock} min"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row, rs in runs.items():
-        paper = PAPER[args.table][row]
-        cells = [row, "-" if paper is None else f"{paper:g}", spread_text([score(args.table, r["result"]) for r in rs])]
-        if args.table == "mt":
-            sacre = [r["result"]["sacrebleu"] for r in rs]
-            cells.append("-" if None in sacre else spread_text(sacre))
+        paper = PAPER[table][row]
+        cells = [row, "-" if paper is None else f"{paper:g}", spread_text([score(table, r["result"]) for r in rs])]
+        if sacre:
+            values = [r["result"]["sacrebleu"] for r in rs]
+            cells.append("-" if None in values else spread_text(values))
         params = {r["params"] for r in rs}
         ends = [r["curve"][-1] for r in rs if r["curve"]]
         complete = len(ends) == len(rs)
@@ -349,13 +378,24 @@ def report(args):
                   spread_text([e[0] for e in ends]).replace(".00", "") if complete else "-",
                   spread_text([e[1] / 60 for e in ends]) if complete else "-"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    if runs:
-        lines += ["", *orderings(args.table, runs)]
+    return lines + (["", *orderings(table, runs)] if runs else [])
+
+
+def report(args):
+    runs = collect(args.table, args.work, args.rows, args.seeds)
+    name, _ = METRIC[args.table]
+    lines = [f"# The {args.table} table at {args.scale} scale", "",
+             f"Rows: {', '.join(args.rows)}; seeds {','.join(map(str, args.seeds))}. {name}: the mean over seeds "
+             "(lowest-highest seed in brackets).", "", *table_lines(args.table, args.scale, runs)]
     with open(os.path.join(args.work, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(runs, os.path.join(args.work, "curves.png"), f"{args.table}, {args.scale} scale", clock)
+    plot(runs, os.path.join(args.work, "curves.png"), f"{args.table}, {args.scale} scale",
+         "CPU" if args.scale == "sample" else "wall-clock")
     log(f"results: {args.work}/results.md, {args.work}/curves.png")
+    if args.record:
+        keep_record(args.work, args.record)
+        log(f"record: {args.record}")
     return runs
 
 
@@ -397,6 +437,7 @@ def parse_args(argv=None):
     p.add_argument("--data", help="full scale: the binarised data of the table (data_prep/)")
     p.add_argument("--dry-run", action="store_true", help="print every command of the run and run none")
     p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished")
+    p.add_argument("--record", help="also copy the runs' commands, curves and results, the table and the figure here")
     p.add_argument("--parallel", type=int, default=2, help="sample: runs trained at once, one thread each (2)")
     p.add_argument("--epochs", type=int, default=8, help="sample: epochs of each run (8, as the demo)")
     p.add_argument("--budget-minutes", type=float, default=0,
