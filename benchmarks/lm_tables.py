@@ -23,7 +23,14 @@ ROWS = {
     "local s1": os.path.join(RESULTS, "causal_lm_v2k_180min", "local"),
     "local s2": os.path.join(RESULTS, "causal_lm_v2k_180min", "local-seed2"),
 }
-CURVES = {name: [json.loads(line) for line in open(os.path.join(d, "curve.jsonl"))] for name, d in ROWS.items()}
+
+
+def curves():
+    """{row: its validations}, read from the record when asked (benchmarks.results_tables names the records a
+    table reads)."""
+    return {name: [json.loads(line) for line in open(os.path.join(d, "curve.jsonl"))] for name, d in ROWS.items()}
+
+
 UPDATES = [4000, 8000, 12000, 16000, 20000, 24000]
 MINUTES = [30, 60, 90, 120, 150, 180]
 
@@ -91,7 +98,7 @@ def header(label):
 def table(label, points, value):
     header(label)
     for p in points:
-        v = {name: value(curve, p) for name, curve in CURVES.items()}
+        v = {name: value(curve, p) for name, curve in curves().items()}
         cells = [f"{p:,}", *("-" if x is None else f"{x:.2f}" for x in v.values()), *comparison(v)]
         print("| " + " | ".join(cells) + " |")
     print()
@@ -105,7 +112,7 @@ def plot(path):
 
     colour = {"exact": "tab:blue", "EVA": "tab:orange", "local": "tab:green"}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    for name, curve in CURVES.items():
+    for name, curve in curves().items():
         style = dict(color=colour[name.split()[0]], ls="--" if name.endswith("s2") else "-", label=name)
         axes[0].plot([r["updates"] for r in curve], [r["ppl"] for r in curve], **style)
         axes[1].plot([r["cpu_s"] / 60 for r in curve], [r["ppl"] for r in curve], **style)

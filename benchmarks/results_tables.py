@@ -10,10 +10,13 @@ them and fails where the committed text differs.
 """
 
 import argparse
+import builtins
+import contextlib
 import json
 import os
 import re
 import sys
+from unittest import mock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
@@ -33,6 +36,34 @@ def approximation_equal_cost(inputs):
         return approximation.markdown(load("approximation.json")["results"][inputs]["equal_cost"], inputs).strip()
 
     return render
+
+
+def listed(names):
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
+def approximation_summary():
+    """EVA against each mechanism of the equal-cost tables, one line an input set and direction: those it is closer
+    to softmax attention than at every setting, those it is further than at every setting, and the rest."""
+    def name(mechanism):
+        return "Performer-ReLU" if mechanism == "performer-relu" else BASELINE_NAMES.get(mechanism, mechanism)
+
+    lines = []
+    for inputs, label in (("model", "the trained model's inputs"), ("random", "random inputs")):
+        rows = load("approximation.json")["results"][inputs]["equal_cost"]
+        for causal in (False, True):
+            error = {(r["mechanism"], tuple(r["eva"].values())): r["error"] for r in rows if r["causal"] == causal}
+            settings = sorted({s for m, s in error if m == "eva"})
+            closer, further, between = [], [], []
+            for mechanism in dict.fromkeys(m for m, _ in error if m != "eva"):
+                ahead = [error["eva", s] < error[mechanism, s] for s in settings if (mechanism, s) in error]
+                (closer if all(ahead) else further if not any(ahead) else between).append(name(mechanism))
+            parts = [f"closer to softmax attention than {listed(closer)} at every setting of the table" if closer else "",
+                     f"further than {listed(further)} at every setting" if further else "",
+                     f"closer than {listed(between)} at some settings and further at others" if between else ""]
+            lines.append(f"- {label}, {'causal' if causal else 'bidirectional'}: EVA is "
+                         f"{'; '.join(p for p in parts if p)}.")
+    return "\n".join(lines)
 
 
 def mechanisms_speed(setting, lengths):
@@ -74,7 +105,7 @@ def cpu_speed():
     m = {(r["N"], r["mechanism"]): r["peak_bytes"] for r in memory["results"]}
     up = {(s["N"], s["mechanism"], s["baseline"]): s["layer_speedup"] for s in times["speedups"]}
     ratio = {(s["N"], s["mechanism"], s["baseline"]): s["memory_ratio"] for s in memory["speedups"]}
-    head = names + [f"{a} vs {b}" for a, b in pairs]
+    head = names + [f"{a} vs {b} (median of the rounds' ratios / memory)" for a, b in pairs]
     lines = ["| N | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for n in sorted({r["N"] for r in times["results"]}):
         cells = [f"{seconds(t[n, name])} / {m[n, name] / 2**20:.0f} MiB" for name in names]
@@ -83,15 +114,67 @@ def cpu_speed():
     return "\n".join(lines)
 
 
+def cpu_speed_summary():
+    """The CPU section's first sentences: EVA's and causal EVA's speed-ups over SDPA and memory ratios, as the
+    medians of the rounds' ratios, and what the table's median times give."""
+    times, memory = load("speed_c_loop.json"), load("speed_c_loop_memory.json")
+    up = {(s["N"], s["mechanism"]): s["layer_speedup"] for s in times["speedups"]}
+    mem = {(s["N"], s["mechanism"]): s["memory_ratio"] for s in memory["speedups"]}
+    t = {(r["N"], r["mechanism"]): r["layer_s"] for r in times["results"]}
+    n = sorted({r["N"] for r in times["results"]})
+    long, longest = n[-2], n[-1]
+
+    def span(mechanism):
+        return ratio_span(sorted(mem[x, mechanism] for x in (long, longest)))
+
+    return (f"On one CPU core, an EVA layer (|E| 256, C 128) is {up[long, 'eva']:.2f}x faster than SDPA at N = {long} "
+            f"and {up[longest, 'eva']:.2f}x at {longest}, and causal EVA (window 128, chunks of 8) "
+            f"{up[long, 'eva-causal']:.2f}x and {up[longest, 'eva-causal']:.2f}x faster than causal SDPA, with "
+            f"{span('eva')} and {span('eva-causal')} their peak memory; at N = {n[0]} EVA's speed-up is "
+            f"{up[n[0], 'eva']:.2f}x. Each speed-up is the median of the ratios of interleaved rounds; the table's "
+            f"median times give {t[long, 'sdpa'] / t[long, 'eva']:.2f}x and {t[longest, 'sdpa'] / t[longest, 'eva']:.2f}x "
+            f"for EVA, {t[long, 'sdpa-causal'] / t[long, 'eva-causal']:.2f}x and "
+            f"{t[longest, 'sdpa-causal'] / t[longest, 'eva-causal']:.2f}x for causal EVA.")
+
+
 def paper_settings_cpu():
     """Layer time of EVA with and without the paper's bias and dropout (speed_paper_settings_r9.json)."""
-    rows = load("speed_paper_settings_r9.json")["results"]
+    record = load("speed_paper_settings_r9.json")
+    rows = record["results"]
     names = list(dict.fromkeys(r["mechanism"] for r in rows))
     t = {(r["N"], r["mechanism"]): r["layer_s"] for r in rows}
-    lines = ["| N | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    # with / without the bias and dropout: the median of the rounds' ratios (the medians of the times come from
+    # different rounds of a shared machine, and their ratio can differ from it)
+    ratio = {(s["N"], s["mechanism"]): 1 / s["layer_speedup"] for s in record["speedups"]
+             if s["mechanism"].endswith("+rpe+dropout")}
+    paired = list(dict.fromkeys(m for _, m in ratio))
+    head = names + [f"{m} / {m.removesuffix('+rpe+dropout')}, median of the rounds' ratios" for m in paired]
+    lines = ["| N | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for n in sorted({r["N"] for r in rows}):
-        lines.append(f"| {n} | " + " | ".join(seconds(t[n, name]) for name in names) + " |")
+        cells = [seconds(t[n, name]) for name in names] + [f"{ratio[n, m]:.2f}" for m in paired]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def paper_settings_memory(n=8192):
+    """Peak memory of a training step with and without the paper's bias and dropout, against SDPA's
+    (speed_paper_settings_memory.json)."""
+    record = load("speed_paper_settings_memory.json")
+    peak = {(r["N"], r["mechanism"]): r["peak_bytes"] for r in record["results"]}
+    longest = max(N for N, _ in peak)
+
+    def mib(m):
+        return f"{peak[n, m] / 2**20:.0f}"
+
+    def of_sdpa(m):
+        return f"{peak[n, m] / peak[n, 'sdpa-causal' if 'causal' in m else 'sdpa']:.2f}"
+
+    growth = " and ".join(f"{peak[longest, m] / peak[n, m]:.2f}x" for m in ("eva+rpe+dropout", "eva-causal+rpe+dropout"))
+    return (f"Peak memory of a training step at N = {n}, measured in a run of its own: {mib('eva+rpe+dropout')} MiB "
+            f"with the bias and dropout ({mib('eva')} without), and {mib('eva-causal+rpe+dropout')} MiB causal "
+            f"({mib('eva-causal')} without), against SDPA's {mib('sdpa')} MiB: {of_sdpa('eva+rpe+dropout')} and "
+            f"{of_sdpa('eva-causal+rpe+dropout')} of it ({of_sdpa('eva')} and {of_sdpa('eva-causal')} without), "
+            f"growing {growth} from {n} to {longest}.")
 
 
 def approximation_grid(causal):
@@ -132,6 +215,20 @@ def decoding(contexts=(256, 1024, 4096, 8192)):
                          f"| {1e3 * r['latency_mean_s']:.2f} | {r['cache_bytes'] / 2**20:.2f} "
                          f"| {r['chunk_summary_bytes'] / 2**20:.2f} |")
     return "\n".join(lines)
+
+
+def decoding_summary(context=8192):
+    """Causal EVA's cache and latency a token against softmax's at the longest context the page names."""
+    rows = {r["mechanism"]: r for r in load("decoding.json")["results"] if r["context"] == context}
+    eva, kv, cat = rows["eva-causal"], rows["softmax-kv"], rows["softmax-kv-cat"]
+    mib = 2**20
+    return (f"Causal EVA decodes at a context of {context} with a cache of {eva['cache_bytes'] / kv['cache_bytes']:.2f}x "
+            f"softmax's ({eva['cache_bytes'] / mib:.2f} MiB against {kv['cache_bytes'] / mib:.2f} MiB): its chunk "
+            f"summaries, which grow with the context, are {eva['chunk_summary_bytes'] / mib:.2f} MiB of it, and the "
+            f"rest, of constant size, {(eva['cache_bytes'] - eva['chunk_summary_bytes']) / mib:.2f} MiB. It takes "
+            f"{1e3 * eva['latency_median_s']:.2f} ms a token there against {1e3 * kv['latency_median_s']:.2f} ms for "
+            f"softmax with a preallocated cache and {1e3 * cat['latency_median_s']:.2f} ms with fairseq's "
+            "concatenated one.")
 
 
 def training():
@@ -405,7 +502,7 @@ def causal_lm_updates():
     head = ["updates", *lm_tables.ROWS, "local minus EVA", "EVA's share (means)", "EVA's share (seeds)"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for p in lm_tables.UPDATES:
-        v = {name: lm_tables.at_updates(c, p) for name, c in lm_tables.CURVES.items()}
+        v = {name: lm_tables.at_updates(c, p) for name, c in lm_tables.curves().items()}
         cells = [f"{p:,}", *("-" if x is None else f"{x:.2f}" for x in v.values()), *lm_tables.comparison(v)[3:]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -419,7 +516,7 @@ def causal_lm_cpu_time(minutes=(30, 90, 180), test=180):
     head = ["CPU minutes", *lm_tables.ROWS, "local minus EVA", "EVA's share (means)"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for m in minutes:
-        v = {name: lm_tables.at_minutes(c, m) for name, c in lm_tables.CURVES.items()}
+        v = {name: lm_tables.at_minutes(c, m) for name, c in lm_tables.curves().items()}
         cells = [f"{m}, valid", *("-" if x is None else f"{x:.2f}" for x in v.values()), *lm_tables.comparison(v)[3:5]]
         lines.append("| " + " | ".join(cells) + " |")
     tests = {name: lm_tables.test_at(d, test) for name, d in lm_tables.ROWS.items()}
@@ -507,10 +604,11 @@ def learning_summary():
 
     from benchmarks import lm_tables
 
-    def fmt(xs):
-        return ", ".join(f"{x:.2f}" for x in xs)
+    def fmt(xs, seed=""):
+        """The values of a row's seeds; a lone value says it is one seed's (and which, if not the first)."""
+        return ", ".join(f"{x:.2f}" for x in xs) + (f" (one seed{seed})" if len(xs) == 1 else "")
 
-    lines = ["| setting | exact | EVA (seeds) | local (seeds) | EVA's share | EVA's cost an update |",
+    lines = ["| setting | exact (seeds) | EVA (seeds) | local (seeds) | EVA's share | EVA's cost an update |",
              "|---|---|---|---|---|---|"]
     # causal LM, 2,000 pieces: test at context 256 after 180 CPU minutes
     tests = {name: lm_tables.test_at(d, 180)["256"] for name, d in lm_tables.ROWS.items()}
@@ -528,8 +626,8 @@ def learning_summary():
     mean = {row: sum(xs) / len(xs) for row, xs in test.items()}
     tokens = ", ".join(f"{curve(*run)[-1]['updates'] * 128 * 512 / 1e6:.0f}M" for run in runs["eva"])
     costs = [cost_an_update(*e) / cost_an_update(*lo) for e, lo in zip(runs["eva"], runs["local"])]
-    lines.append(f"| masked LM on an H200, 128 blocks of 512 an update (EVA: {tokens} tokens) | {fmt(test['exact'])} "
-                 f"(seed 2) | {fmt(test['eva'])} | {fmt(test['local'])} "
+    lines.append(f"| masked LM on an H200, 128 blocks of 512 an update (EVA: {tokens} tokens) | {fmt(test['exact'], ': seed 2')} "
+                 f"| {fmt(test['eva'])} | {fmt(test['local'])} "
                  f"| {100 * lm_tables.share(mean['exact'], mean['eva'], mean['local']):.0f}% "
                  f"| {ratio_span(sorted(costs))} local's (two seeds) |")
     # recall: perplexity on the repeated part, share in log perplexity
@@ -743,7 +841,8 @@ def readme_cpu_speed():
             f"{up[8192, 'eva-causal']:.2f}x faster than causal SDPA, with {memory[8192, 'eva']:.2f}x and "
             f"{memory[8192, 'eva-causal']:.2f}x its peak memory; at N = 16384, {up[16384, 'eva']:.2f}x and "
             f"{up[16384, 'eva-causal']:.2f}x. With the trainable bias and attention dropout 0.1 of the paper's configs "
-            f"the layer takes {min(settings):.2f}x to {max(settings):.2f}x the time of the same layer without them.")
+            f"the layer takes {min(settings):.2f}x to {max(settings):.2f}x the time of the same layer without them (the "
+            "median of the ratios of interleaved rounds, as every ratio here).")
 
 
 def readme_gpu_speed():
@@ -801,6 +900,7 @@ def readme_busy_machine():
 TABLES = {
     "approximation-equal-cost-model": approximation_equal_cost("model"),
     "approximation-equal-cost-random": approximation_equal_cost("random"),
+    "approximation-summary": approximation_summary,
     "mechanisms-speed-paper": mechanisms_speed("paper", (1024, 4096, 16384)),
     "mechanisms-speed-equal-cost": mechanisms_speed("equal-cost", (1024, 4096, 16384)),
     "gpu-correctness": gpu_correctness,
@@ -822,15 +922,18 @@ TABLES = {
     "rpe-table-summary": baselines_summary("lm", record="rpe_table_lm"),
     "baselines-summary-mlm": baselines_summary("mlm"),
     "cpu-speed": cpu_speed,
+    "cpu-speed-summary": cpu_speed_summary,
     "gpu-readme-exact": readme_exact,
     "readme-cpu-speed": readme_cpu_speed,
     "gpu-readme-speed": readme_gpu_speed,
     "readme-learning": readme_learning,
     "readme-busy-machine": readme_busy_machine,
     "paper-settings-cpu": paper_settings_cpu,
+    "paper-settings-memory": paper_settings_memory,
     "approximation-bidirectional": approximation_grid(False),
     "approximation-causal": approximation_grid(True),
     "decoding": decoding,
+    "decoding-summary": decoding_summary,
     "training": training,
     "busy-machine": busy_machine,
     "causal-lm-updates": causal_lm_updates,
@@ -840,13 +943,54 @@ TABLES = {
 }
 
 
+@contextlib.contextmanager
+def records_read():
+    """The records (a top-level file or folder of benchmarks/results/, or gpu/FOLDER) that files opened meanwhile
+    belong to: what a block was rendered from, whichever helper read it."""
+    used, opened = set(), builtins.open
+
+    def watching(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)):
+            path = os.path.abspath(os.fspath(file))
+            if path.startswith(RESULTS + os.sep):
+                parts = os.path.relpath(path, RESULTS).split(os.sep)
+                used.add("/".join(parts[:2]) if parts[0] == "gpu" and len(parts) > 2 else parts[0])
+        return opened(file, *args, **kwargs)
+
+    with mock.patch("builtins.open", watching), mock.patch("io.open", watching):
+        yield used
+
+
+def record_meta(record):
+    """(commit, date) a record measured: its meta.json's, or a top-level JSON file's machine block."""
+    if record.endswith(".json"):
+        meta = load(record)["machine"]
+    else:
+        meta = load(*record.split("/"), "meta.json")
+    return meta.get("commit", "not recorded"), meta.get("date", "not recorded")
+
+
+def provenance(records, body):
+    """A line naming the commit and date of each record a block was rendered from, but those the block names."""
+    named = []
+    for record in sorted(records):
+        commit, date = record_meta(record)
+        if f"commit {commit.split()[0]}" not in body:
+            path = f"benchmarks/results/{record}" + ("" if record.endswith(".json") else "/")
+            named.append(f"`{path}` (commit: {commit}; date: {date})")
+    return f"\n\nMeasured: {', '.join(named)}." if named else ""
+
+
 def render_page(text):
-    """The page with every marked block rendered again; unknown names raise KeyError naming them."""
+    """The page with every marked block rendered again, each ending with the commit and date of the records it
+    comes from; unknown names raise KeyError naming them."""
     def block(match):
         name = match.group(2)
         if name not in TABLES:
             raise KeyError(f"no table named {name!r} (benchmarks/results_tables.py TABLES)")
-        return match.group(1) + TABLES[name]() + "\n" + match.group(4)
+        with records_read() as records:
+            body = TABLES[name]()
+        return match.group(1) + body + provenance(records, body) + "\n" + match.group(4)
 
     return BLOCK.sub(block, text)
 

@@ -115,6 +115,14 @@ def test_a_current_record_is_cited_where_the_index_says_and_called_superseded_no
                     assert not re.search(r"supersede|no longer current|out of date", paragraph, re.I), (record, name)
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_every_generated_block_names_the_commit_and_date_it_measured(page):
+    from benchmarks import results_tables
+
+    for _, name, body, _ in results_tables.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
+        assert re.search(r"commit", body) and re.search(r"\d{4}-\d\d-\d\d", body), (page, name)
+
+
 def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_commit():
     """The GPU records measured code that has changed since: none is marked current, and every block on the
     pages that shows a GPU figure names the commit of the record it comes from."""
@@ -183,12 +191,13 @@ def test_every_table_with_a_number_is_rendered_from_a_record(page):
         assert not re.search(r"\d", "\n".join(rows)), f"{page}: the table '{head}' is not rendered from a record"
 
 
-# A measured number in prose: a decimal, or a number followed by x or % (ratios, shares; not '256 x 256');
-# 8.2e-7 is one number.
-MEASURED = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+(?:e-?\d+)?|\d[\d,]*(?=\s?(?:x\b(?! \d)|%)))(?![\d.]*\d)")
+# A measured number in prose: a decimal, or a number followed by x or % (ratios, shares; not '256 x 256') or by a
+# unit of time or size (minutes, MiB, GB); 8.2e-7 is one number.
+MEASURED = re.compile(r"(?<![\w.])(\d[\d,]*\.\d+(?:e-?\d+)?|\d[\d,]*(?=\s?(?:x\b(?! \d)|%|(?:CPU )?minutes?\b|"
+                      r"[KMG]i?B\b)))(?![\d.]*\d)")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?")
-# Numbers in prose that are not measurements: versions and the settings a command was given.
-NOT_MEASURED = re.compile(r"(?:torch|fairseq|Python|Triton|MKL|oneDNN|driver|penalty|dropout|CUDA) $")
+# Numbers in prose that are not measurements: versions, the settings a command was given and time budgets.
+NOT_MEASURED = re.compile(r"(?:torch|fairseq|Python|Triton|MKL|oneDNN|driver|penalty|dropout|CUDA|budget of(?: about)?) $")
 
 
 def numbers(text):
@@ -275,8 +284,10 @@ def test_every_measured_number_in_prose_traces_to_a_record(page):
 
 
 def test_a_number_typed_from_memory_is_found():
-    results = PAGE.replace("is 7.24x faster than SDPA", "is 7.42x faster than SDPA")
-    assert [n for n, _ in untraced_numbers(results, PAGE)] == ["7.42"]
+    results = PAGE.replace("causal EVA is 3.7x causal SDPA", "causal EVA is 41.3x causal SDPA")
+    assert [n for n, _ in untraced_numbers(results, PAGE)] == ["41.3"]
+    results = PAGE.replace("causal EVA is 3.7x causal SDPA", "causal EVA is 3.7x causal SDPA in 977 MiB")
+    assert [n for n, _ in untraced_numbers(results, PAGE)] == ["977"]
     claim = "EVA is 7.7x faster than SDPA ([more](docs/results.md#how-fast-and-how-much-memory-on-a-cpu)).\n"
     readme = (REPO / "README.md").read_text(encoding="utf-8").replace("\n## Results\n", "\n## Results\n\n" + claim)
     assert [n for n, _ in untraced_numbers(readme, PAGE, own_blocks_only=True)] == ["7.7"]
