@@ -33,7 +33,8 @@ BASELINES = {
     "mlm_linformer_2048": ("linformer", {"linformer_projected_dim": 256}),
     "mlm_reformer_2048": ("reformer", {"reformer_num_hashes": 4, "reformer_chunk_size": 64}),
     "mlm_lara_2048": ("lara", {"lara_num_landmarks": 256}),
-    "mlm_combiner_2048": ("combiner", {"combiner_span": 256, "combiner_abstraction": "deepsets-max"}),
+    "mlm_combiner_2048": ("combiner", {"combiner_span": 256, "combiner_abstraction": "deepsets-max",
+                                       "combiner_rpe_type": "table"}),
     "mlm_long_short_2048": ("long_short", {"long_short_window_size": 256, "long_short_num_landmarks": 128}),
 }
 WMT.update({name: None for name in BASELINES if name.startswith("wmt14")})

@@ -1,7 +1,8 @@
 """Combiner-Fixed (DeepSets-Max): the module against its float64 reference with padding; a span covering the
 sequence, and spans of one token with plain max-pooling, are softmax attention; two queries of one span weigh
 the keys of any other span proportionally (rank-1 blocks); a query's own span is attended directly, never
-through its abstraction; the shared checks (padding, gradients); options named in their errors; the cost."""
+through its abstraction; the per-place bias table against the reference; the shared checks (padding, gradients);
+options named in their errors; the cost."""
 
 import mechanism_checks as checks
 import pytest
@@ -34,6 +35,28 @@ def test_equals_its_float64_reference_with_padding(abstraction):
     x, mask = right_padded()
     expected = expected_output(module, x, mask, lambda q, k, v, real: combiner.reference(
         q, k, v, 3, real, module.q_abstraction, module.k_abstraction, module.rpe))
+    assert_real_close(module(x, mask), expected, mask)
+
+
+def test_the_bias_table_equals_its_float64_reference_with_padding():
+    """rpe_type table: one bias per head and (query place, key place) in the span (the paper's masked-LM count)."""
+    module = checks.build("combiner", train=False, span=3, rpe_type="table")
+    with torch.no_grad():
+        module.rpe.bias.normal_(std=1.0)  # (not its small start: a wrong place would show)
+    assert module.rpe.bias.shape == (module.num_heads, 3, 3)
+    x, mask = right_padded()
+    expected = expected_output(module, x, mask, lambda q, k, v, real: combiner.reference(
+        q, k, v, 3, real, module.q_abstraction, module.k_abstraction, place_bias=module.rpe.bias))
+    assert_real_close(module(x, mask), expected, mask)
+
+
+def test_the_bias_table_on_a_sequence_shorter_than_the_span():
+    module = checks.build("combiner", train=False, span=N + 5, rpe_type="table")
+    with torch.no_grad():
+        module.rpe.bias.normal_(std=1.0)
+    x, mask = right_padded()
+    expected = expected_output(module, x, mask, lambda q, k, v, real: combiner.reference(
+        q, k, v, N + 5, real, place_bias=module.rpe.bias))
     assert_real_close(module(x, mask), expected, mask)
 
 
@@ -97,19 +120,22 @@ def test_the_own_span_is_attended_directly_never_through_its_abstraction():
         assert (weights.sum(-1) < 1 - 1e-3).all()  # the other spans take part of the mass
 
 
-@pytest.mark.parametrize("options", [dict(span=2), dict(span=5, abstraction="max")])
+@pytest.mark.parametrize("options", [dict(span=2), dict(span=5, abstraction="max"), dict(span=4, rpe_type="table")])
 def test_padding_changes_nothing_for_the_real_tokens(options):
     checks.check_padding("combiner", **options)
 
 
-def test_gradients():
-    checks.check_gradients("combiner", **dict(span=2))
+@pytest.mark.parametrize("options", [dict(span=2), dict(span=2, rpe_type="table")])
+def test_gradients(options):
+    checks.check_gradients("combiner", **options)
 
 
 @pytest.mark.parametrize("options,message", [
     (dict(span=0), "span must be a positive integer, got 0"),
     (dict(abstraction="mean"), "abstraction must be one of deepsets-max, max; got 'mean'"),
     (dict(use_rpe="yes"), "use_rpe must be true or false"),
+    (dict(rpe_type="grid"), "rpe_type must be one of buckets, table; got 'grid'"),
+    (dict(use_rpe=False, rpe_type="table"), "rpe_type table is a bias inside the span: it needs use_rpe true"),
 ])
 def test_a_bad_option_is_named(options, message):
     with pytest.raises(ValueError, match=message):

@@ -23,7 +23,7 @@ from .chunks import upcast
 from .joint_softmax import joint_softmax, pad_to_blocks
 from .layout import lowest
 from .mechanism import BIDIRECTIONAL, Mechanism, Option
-from .relative_position import RelativePositionBias
+from .relative_position import RPE_TYPES, PlaceBias, RelativePositionBias
 
 ABSTRACTIONS = ("deepsets-max", "max")
 
@@ -45,11 +45,13 @@ class CombinerAttention(ProjectedAttention):
 
     span: s, the span length; abstraction: "deepsets-max" (max over ReLU(Linear(d, d)) of q and of k, one
     Linear each, shared by the heads) or "max" (max-pooling, no parameters); use_rpe: a learned relative
-    position bias (T5 buckets, as EVA's and the local attention's) on the logits inside the span.
-    Attention dropout applies to the joint softmax's probabilities."""
+    position bias on the logits inside the span, of rpe_type: "buckets" (T5 buckets of the offset, as EVA's) or
+    "table" (one bias per head, query place and key place in the span, H x s x s: the authors' local attention
+    bias, which the paper's parameter count shows in its masked-LM Combiner; a sequence shorter than the span is
+    then padded to one span). Attention dropout applies to the joint softmax's probabilities."""
 
     def __init__(self, embed_dim, num_heads, causal=False, dropout=0.0, span=256, abstraction="deepsets-max",
-                 use_rpe=True):
+                 use_rpe=True, rpe_type="buckets"):
         if causal:
             raise ValueError("combiner attention is bidirectional only")
         if not isinstance(span, int) or isinstance(span, bool) or span < 1:
@@ -58,6 +60,10 @@ class CombinerAttention(ProjectedAttention):
             raise ValueError(f"abstraction must be one of {', '.join(ABSTRACTIONS)}; got {abstraction!r}")
         if not isinstance(use_rpe, bool):
             raise ValueError(f"use_rpe must be true or false, got {use_rpe!r}")
+        if rpe_type not in RPE_TYPES:
+            raise ValueError(f"rpe_type must be one of {', '.join(RPE_TYPES)}; got {rpe_type!r}")
+        if rpe_type == "table" and not use_rpe:
+            raise ValueError("rpe_type table is a bias inside the span: it needs use_rpe true")
         super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout)
         self.span, self.abstraction = span, abstraction
         d = self.head_dim
@@ -65,14 +71,20 @@ class CombinerAttention(ProjectedAttention):
         if abstraction == "deepsets-max":
             self.q_abstraction = nn.Sequential(nn.Linear(d, d), nn.ReLU())
             self.k_abstraction = nn.Sequential(nn.Linear(d, d), nn.ReLU())
-        self.rpe = RelativePositionBias(num_heads, bidirectional=True) if use_rpe else None
+        self.rpe = None
+        if use_rpe:
+            self.rpe = PlaceBias(num_heads, span, span) if rpe_type == "table" else RelativePositionBias(
+                num_heads, bidirectional=True)
 
     def extra_repr(self):
-        return f"span={self.span}, abstraction={self.abstraction}, use_rpe={self.rpe is not None}"
+        kind = "table" if isinstance(self.rpe, PlaceBias) else "buckets"
+        return f"span={self.span}, abstraction={self.abstraction}, use_rpe={self.rpe is not None}, rpe_type={kind}"
 
     def attend(self, x, q, k, v, lengths):
         B, H, N, d = q.shape
-        s = min(self.span, N)  # a span longer than the sequence is one span of N: the same biases, no padding
+        # a span longer than the sequence is one span of N (the same biases by offset, no padding); a table by place
+        # is the span's, so the sequence is padded to it
+        s = self.span if isinstance(self.rpe, PlaceBias) else min(self.span, N)
         nb = math.ceil(N / s)
         q, k, v = (pad_to_blocks(t, s) for t in (q, k, v))
         if lengths is None:
@@ -111,11 +123,12 @@ class CombinerAttention(ProjectedAttention):
 
 
 @torch.no_grad()
-def reference(q, k, v, span, real=None, q_mlp=None, k_mlp=None, rpe=None):
+def reference(q, k, v, span, real=None, q_mlp=None, k_mlp=None, rpe=None, place_bias=None):
     """Per-query float64 Combiner-Fixed: q, k, v B x H x N x d (real tokens first); real: B x N, True at real
     tokens; q_mlp, k_mlp: the DeepSets maps (None: plain max-pooling); rpe: bias(relative position) -> H-vector or
-    None. Each query's row of the attention matrix A is built (its own span's keys one by one, every other span
-    as one abstraction spread over its keys), and y = A v."""
+    None; place_bias: H x span x span, the bias of (query place, key place) in their span, or None. Each query's
+    row of the attention matrix A is built (its own span's keys one by one, every other span as one abstraction
+    spread over its keys), and y = A v."""
     q, k, v = (t.double() for t in (q, k, v))
     B, H, N, d = q.shape
     real = torch.ones(B, N, dtype=torch.bool) if real is None else real
@@ -137,6 +150,8 @@ def reference(q, k, v, span, real=None, q_mlp=None, k_mlp=None, rpe=None):
                     logits, rows = [], []  # one logit, and its row of A, per own key and per other span
                     for j in own:
                         bias = 0.0 if rpe is None else float(rpe(torch.tensor(j - i))[h])
+                        if place_bias is not None:
+                            bias += float(place_bias[h, i - r_own * span, j - r_own * span])
                         logits.append(q[b, h, i] @ k[b, h, j] / d**0.5 + bias)
                         rows.append(torch.nn.functional.one_hot(torch.tensor(j), N).double())
                     for r, (k_r, row) in abstractions.items():
@@ -154,6 +169,9 @@ MECHANISMS = (Mechanism(
             "paper's masked LM: 256)"),
      Option("abstraction", str, "deepsets-max", "how a span is summarised: deepsets-max (max over ReLU(Linear(d, d)) "
             "of q and of k, the paper's) or max (max-pooling, no parameters)", choices=ABSTRACTIONS),
-     Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the span")),
+     Option("use_rpe", bool, True, "a learned relative position bias inside the span, of rpe_type"),
+     Option("rpe_type", str, "buckets", "the bias: T5 buckets of the offset, or table: a learned bias per head, "
+            "query place and key place in the span (the authors' local attention bias; H x s x s parameters a "
+            "layer)", choices=RPE_TYPES)),
     combiner_cost, "Combiner-Fixed: exact softmax inside a span, a DeepSets-Max abstraction of every other span",
 ),)

@@ -23,14 +23,15 @@ def joint_softmax(module, q, k, v, window, k_summary=None, beta=None, chunk_ok=N
 
     q, k, v: B x H x N x d, N a multiple of `window`; k_summary, beta: B x H x C x d or None; chunk_ok: B x C,
     False hides a summary; lengths: B, keys at or after lengths[b] are hidden (None: all real); rpe: a
-    relative_position.RelativePositionBias or None. `module.dropout` is applied to the probabilities in training.
-    A query that sees no key gets zeros."""
+    relative_position.RelativePositionBias, a PlaceBias of window x window, or None. `module.dropout` is applied
+    to the probabilities in training. A query that sees no key gets zeros."""
     layout = BlockLayout.bidirectional(window, False)
     dropout = module.dropout.p if module.training else 0.0
-    table = None if rpe is None else rpe.table(layout, q.device)  # H x num_offsets
+    table = None if rpe is None else rpe.table(layout, q.device)  # H x num_offsets, or H x window x window
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, k_summary, beta))
     bias_grad = table is not None and table.requires_grad
-    spec = choose("auto", q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad, layout=layout)
+    spec = choose("auto", q, needs_grad=needs_grad or bias_grad, dropout=dropout, bias_grad=bias_grad,
+                  bias_grid=table is not None and table.dim() == 3, layout=layout)
     seed = torch.randint(2**62, (1,), device=q.device) if dropout > 0 else None  # torch.manual_seed replays it
     y, _ = spec.run(layout=layout, q=q, k=k, v=v, k_summary=k_summary, beta=beta, chunk_ok=chunk_ok, rpe=table,
                     lengths=lengths, dropout=dropout, seed=seed, scale=module.scale)
