@@ -274,10 +274,17 @@ def curve_of(table, save):
     path = os.path.join(save, "curve.jsonl")
     if os.path.exists(path):
         return [(r["updates"], r["cpu_s"], r["loss"]) for r in map(json.loads, open(path))]
-    import demo_report
-
-    records, _ = demo_report.read_log(os.path.join(save, "train.log"))
-    return [(r["valid_num_updates"], r.get("valid_wall", float("nan")), r["valid_loss"]) for r in records["valid"]]
+    points, wall = [], float("nan")
+    record = re.compile(r"\]\[(train_inner|train|valid)\]\[INFO\] - (\{.*\})\s*$")
+    log_file = os.path.join(save, "train.log")
+    for line in open(log_file, encoding="utf-8") if os.path.exists(log_file) else []:
+        m = record.search(line)
+        if m and m.group(1) == "valid":  # a validation's time: the wall clock of the training record before it
+            r = json.loads(m.group(2))
+            points.append((int(r["valid_num_updates"]), wall, float(r["valid_loss"])))
+        elif m:
+            wall = float(json.loads(m.group(2)).get("wall", wall))
+    return points
 
 
 RUN_DIR = re.compile(r"(.+)-seed([0-9]+)")

@@ -108,3 +108,14 @@ def test_translation_table_at_sample_scale_end_to_end(tmp_path_factory, tmp_path
     assert "By the mean test BLEU" in table and (work / "curves.png").stat().st_size > 0
     again = script(*args, env=short, timeout=120)
     assert again.returncode == 0 and "training" not in again.stdout
+
+
+def test_a_full_scale_curve_is_read_from_fairseqs_log(tmp_path):
+    """Each validation of a run's train.log, timed by the wall clock of the training record before it."""
+    (tmp_path / "train.log").write_text(
+        '[2026-12-01 10:00:00,000][train_inner][INFO] - {"epoch": 1, "num_updates": "100", "wall": "50"}\n'
+        "[2026-12-01 10:00:01,000][fairseq_cli.train][INFO] - begin validation on \"valid\" subset\n"
+        '[2026-12-01 10:00:02,000][valid][INFO] - {"epoch": 1, "valid_loss": "7.5", "valid_num_updates": "120"}\n'
+        '[2026-12-01 10:01:00,000][train][INFO] - {"epoch": 1, "train_loss": "7", "wall": "90"}\n'
+        '[2026-12-01 10:01:01,000][valid][INFO] - {"epoch": 2, "valid_loss": "6.25", "valid_num_updates": "240"}\n')
+    assert pt.curve_of("mt", tmp_path) == [(120, 50.0, 7.5), (240, 90.0, 6.25)]
