@@ -81,7 +81,9 @@ def _refused(name, data, save):
 # option mistakes that only the fairseq layer can see: (job, arguments of a masked LM, the one line expected)
 REFUSALS = [
     ("linformer-too-short", ["--encoder-attention", "linformer", "--linformer-max-positions", "32"],
-     "fairseq-train: error: --linformer-max-positions (32) must be at least the model's longest input (128 positions)"),
+     "fairseq-train: error: --linformer-max-positions (32) must be at least the model's longest input (64 positions): "
+     "linformer attention has a column of its length projections a position; give --linformer-max-positions 64 or "
+     "more, or --tokens-per-sample 32 or less"),
     ("performer-features", ["--encoder-attention", "performer", "--performer-num-features", "0"],
      "fairseq-train: error: --performer-num-features must be a positive integer, got 0"),
 ]

@@ -30,6 +30,13 @@ from ..errors import UserError, option, program, task_option, under_hydra
 from .wrap_once import wrap_once
 
 _loading = {}  # the checkpoint whose model is about to be built: path, task, data, embedding rows
+_building = []  # whether each model being built comes from a checkpoint
+
+
+def building_from_checkpoint():
+    """Whether the model being built comes from a checkpoint (an evaluation tool, the hub), not from options given
+    for a new model."""
+    return bool(_building and _building[-1])
 
 Kind = collections.namedtuple("Kind", "one many adjective task arch")
 # the kinds of model, named in the messages: the task that trains each, and one of the plugin's architectures of it
@@ -199,7 +206,11 @@ def _checking_fit(build_model):
         check_kind(cfg, task, checkpoint)
         if checkpoint is not None:
             check_dictionaries(task, checkpoint)
-        model = build_model(cfg, task, *args, **kwargs)
+        _building.append(bool(from_checkpoint))
+        try:
+            model = build_model(cfg, task, *args, **kwargs)
+        finally:
+            _building.pop()
         check_positions(model, task, checkpoint)
         return model
 

@@ -1,4 +1,4 @@
-"""A failed training run leaves no empty --save-dir behind.
+"""A failed training run leaves no empty --save-dir behind, and a mistake of the user's found at a batch no crash.pt.
 
 fairseq-train and fairseq-hydra-train make the checkpoint folder
 (`checkpoint_utils.verify_checkpoint_directory`) before they build the task and the model, so a run that
@@ -12,13 +12,20 @@ and write `.hydra/` and `<job>.log` into it, before the plugin is loaded. So a s
 those at exit, with a log that never reached "training on N devices" (a misspelled key, missing data), is
 removed with them: nothing of a run was in it. hydra leaves no sign of whether the folder was there before;
 an empty folder made beforehand goes too.
+
+fairseq's trainer saves `crash.pt` when a training step raises (a checkpoint for debugging). A mistake in what the
+user gave that can only be seen when a batch arrives (the plugin's UserError, e.g. a count of features whose memory
+exceeds the machine's) is no crash: the save of crash.pt is skipped while one is being raised, so that the refusal
+leaves nothing behind.
 """
 
 import atexit
 import functools
 import os
 import shutil
+import sys
 
+from ..errors import UserError
 from .wrap_once import wrap_once
 
 
@@ -88,8 +95,20 @@ def _cleaned_up(verify_checkpoint_directory):
     return wrapper
 
 
+def _no_crash_file_for_user_errors(save_checkpoint):
+    @functools.wraps(save_checkpoint)
+    def wrapper(self, filename, *args, **kwargs):
+        if os.path.basename(filename) == "crash.pt" and isinstance(sys.exc_info()[1], UserError):
+            return None
+        return save_checkpoint(self, filename, *args, **kwargs)
+
+    return wrapper
+
+
 def install():
-    """Wrap fairseq's verify_checkpoint_directory (idempotent)."""
+    """Wrap fairseq's verify_checkpoint_directory and Trainer.save_checkpoint (idempotent)."""
     from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
 
     wrap_once(checkpoint_utils, "verify_checkpoint_directory", _cleaned_up)
+    wrap_once(Trainer, "save_checkpoint", _no_crash_file_for_user_errors)

@@ -1,5 +1,6 @@
 """What the three models share: the start of build_model (`prepare_args`) and fp16's CUDA check."""
 
+import importlib.util
 import warnings
 from argparse import Namespace
 
@@ -8,12 +9,14 @@ from omegaconf import OmegaConf, open_dict
 
 from ..errors import FP16Error, under_hydra
 from ..fairseq_fixes.distributed import check_launch
+from ..fairseq_fixes.model_fit import building_from_checkpoint
 from ..modules.options import (
     EVA_LAYER,
     EVAOptionError,
     attention_kind,
     attention_record,
     check_model_keys,
+    check_unused_options,
     option_name,
     validate_eva_args,
 )
@@ -27,25 +30,37 @@ def as_namespace(args):
     return args
 
 
-def prepare_args(model_class, args, architecture):
+def prepare_args(model_class, args, architecture, task=None):
     """The checks and defaults before a model is built; returns the args as a Namespace.
 
     `architecture` fills what the config leaves unset (old or hand-written configs); `model_class.ATTENTION_ROLES`
-    maps each role to its attention option (see validate_eva_args). A mistake stops here, before any batch is
-    loaded."""
+    maps each role to its attention option (see validate_eva_args); `task` limits the inputs' length. A mistake
+    stops here, before any batch is loaded."""
     roles = model_class.ATTENTION_ROLES
     check_launch()  # torchrun's processes must form one group (fairseq_eva/fairseq_fixes/distributed.py)
+    check_bf16(args)
     hydra = OmegaConf.is_config(args)
     if hydra:
         check_model_keys(args, model_class)  # a misspelled model. key would otherwise be ignored
     given = args
     args = as_namespace(args)
     architecture(args)
-    validate_eva_args(args, roles, hydra)
+    validate_eva_args(args, roles, hydra, task)
+    if not building_from_checkpoint():  # (a checkpoint's options were checked when it was trained)
+        check_unused_options(args, roles, architecture_defaults(args, architecture), hydra)
     if any(attention_kind(args, attention, hydra) in EVA_LAYER for attention in roles.values()):
         check_kernel_runs_here(args, hydra)
     record(given, args, attention_record(args, roles, hydra))
     return args
+
+
+def architecture_defaults(args, architecture):
+    """The options that the model's architecture (--arch, model._name) sets when none is given."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    defaults = Namespace()
+    ARCH_CONFIG_REGISTRY.get(getattr(args, "arch", None) or getattr(args, "_name", None), architecture)(defaults)
+    return defaults
 
 
 def record(given, args, values):
@@ -135,6 +150,19 @@ def check_kernel_trains(model):
         raise EVAOptionError(f"{option} {layer.kernel} cannot train this model ({reason}): train with one of {usable} "
                              f"(it can still evaluate the trained model: --model-overrides \"{{'eva_kernel': "
                              f"'{layer.kernel}'}}\")")
+
+
+def check_bf16(args):
+    """fairseq-train's --bf16 (fairseq 0.12 turns on --tpu with it) ends in "'NoneType' object has no attribute
+    'xla_device'" where torch_xla is missing, as it is here; on a CPU, bf16 needs a CUDA GPU as fp16 does. Stop
+    before the trainer, saying so. (fairseq-hydra-train's common.bf16 does not reach the model's options.)"""
+    if not getattr(args, "bf16", False):
+        return
+    if not torch.cuda.is_available() or getattr(args, "cpu", False):
+        raise FP16Error("bf16 needs a CUDA GPU and torch sees none: on a CPU leave out --bf16")
+    if getattr(args, "tpu", False) and importlib.util.find_spec("torch_xla") is None:
+        raise FP16Error("fairseq-train's --bf16 also turns on --tpu (fairseq 0.12), and torch_xla is not installed: on a "
+                        "GPU train with --fp16, or with fairseq-hydra-train and common.bf16=true")
 
 
 class HalfNeedsCUDA:

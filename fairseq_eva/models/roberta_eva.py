@@ -43,7 +43,7 @@ class RobertaEVAModel(HalfNeedsCUDA, PinnedKernelTrains, RobertaModel):
                     args.tokens_per_sample = task.max_positions()
                 args.max_positions = args.tokens_per_sample
 
-        args = prepare_args(cls, args, architecture)
+        args = prepare_args(cls, args, architecture, task)
         encoder = RobertaEVAEncoder(args, task.source_dictionary)
         return cls(args, encoder)
 

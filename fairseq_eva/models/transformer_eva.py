@@ -39,7 +39,7 @@ class TransformerEVAModel(HalfNeedsCUDA, PinnedKernelTrains, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_architecture)
+        args = prepare_args(cls, args, base_architecture, task)
         return super().build_model(args, task)
 
     @classmethod

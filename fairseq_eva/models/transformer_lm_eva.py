@@ -52,7 +52,7 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, Transformer
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_lm_eva_architecture)
+        args = prepare_args(cls, args, base_lm_eva_architecture, task)
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:

@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import os
 import re
 from typing import Callable
 
@@ -32,7 +33,7 @@ from ..attention.chunks import PROPOSAL_MEANS, PROPOSALS
 from ..attention.eva import COMPILE_MODES
 from ..attention.kernels import KERNELS
 from ..attention.relative_position import RPE_TYPES
-from ..errors import UserError
+from ..errors import UserError, under_hydra
 
 ATTENTION_CHOICES = tuple(registry.choices())
 EVA_LAYER = ("eva", "local")  # the mechanisms built by EVAAttention from the --eva-* options (local: no chunks)
@@ -369,36 +370,117 @@ def mechanism_options(args, mechanism, hydra=False):
     return values
 
 
-def _check_mechanism(args, role, mechanism, hydra):
-    """Build the mechanism once on the meta device (no memory, no time): a bad option raises there, and its
-    message is given back with the options named as the user writes them."""
+def longest_input(args, role, masked_lm=False, task=None):
+    """(the most positions an input of a self-attention of `role` can have, the option that sets it as (group, key)):
+    the model's positions (fairseq's default where unset) or, where the task is known and allows fewer, the task's."""
+    from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
+
+    if masked_lm:
+        limits = [(_get(args, "max_positions"), ("model", "max_positions"))]
+    elif role == ENCODER:
+        limits = [(_get(args, "max_source_positions") or DEFAULT_MAX_SOURCE_POSITIONS, ("model", "max_source_positions"))]
+    else:
+        limits = [(_get(args, "max_target_positions") or _get(args, "tokens_per_sample") or DEFAULT_MAX_TARGET_POSITIONS,
+                   ("model", "max_target_positions"))]
+    if task is not None:
+        allowed = task.max_positions()
+        if isinstance(allowed, tuple):  # translation: (source, target)
+            limits.append((allowed[0], ("task", "max_source_positions")) if role == ENCODER else
+                          (allowed[1], ("task", "max_target_positions")))
+        else:
+            limits.append((allowed, ("task", "tokens_per_sample")))
+    return min(((n, where) for n, where in limits if isinstance(n, int)), key=lambda limit: limit[0])
+
+
+def machine_memory():
+    """Bytes of memory of the device the model will train on: the GPU's, or this machine's."""
     import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def gigabytes(count):
+    return f"{count / 2**30:,.1f} GiB"
+
+
+# The floats one layer of a mechanism holds at least for a batch of B rows of N positions, H heads of d (what grows
+# with its count option: its features, landmarks, projections or hash rounds of every token and head), that option,
+# and how many times more a training step holds at least (forward and backward: measured 3 to 7 times on a CPU).
+HELD = {
+    "performer": ("num_features", lambda B, N, H, d, o: 2 * B * H * N * o["num_features"], 4),  # phi(q), phi(k)
+    "rfa": ("num_features", lambda B, N, H, d, o: 4 * B * H * N * o["num_features"], 2),  # sin and cos of q and k
+    "t2r": ("num_features", lambda B, N, H, d, o: 2 * B * H * N * o["num_features"], 2),
+    "lara": ("num_landmarks", lambda B, N, H, d, o: H * o["num_landmarks"] * d + B * H * min(N, o["num_landmarks"]) * N,
+             1),  # the noise of every proposal, the weights of C' = min(C, N)
+    "linformer": ("projected_dim", lambda B, N, H, d, o: B * H * N * o["projected_dim"], 3),  # the logits
+    "reformer": ("num_hashes", lambda B, N, H, d, o: 2 * B * H * o["num_hashes"] * N * min(N, o["chunk_size"]), 4),
+    "long_short": ("num_landmarks", lambda B, N, H, d, o: B * H * N * (min(N, o["window_size"]) + o["num_landmarks"]),
+                   4),
+}
+
+
+def check_batch_memory(mechanism, options, x, num_heads):
+    """EVAOptionError when one layer of `mechanism` would hold more than the machine's memory for the batch x
+    (B x N x embed_dim), with the estimate and the option to lower: raised before the layer allocates it."""
+    if mechanism not in HELD:
+        return
+    import torch
+
+    option, held, training = HELD[mechanism]
+    B, N, D = x.shape
+    needed = held(B, N, num_heads, D // num_heads, options) * max(x.element_size(), 4)  # features in float32 at least
+    needed *= training if torch.is_grad_enabled() else 1
+    memory = machine_memory()
+    if needed > memory:
+        name = option_name(mechanism_option(mechanism, option), under_hydra())
+        raise EVAOptionError(f"{name} {options[option]} needs at least {gigabytes(needed)} for one {mechanism} layer on a "
+                             f"batch of {B} x {N} tokens, more than this machine's {gigabytes(memory)}: give a smaller "
+                             f"{name} (or fewer tokens a batch)")
+
+
+def _check_mechanism(args, role, mechanism, hydra, masked_lm=False, task=None):
+    """Build the mechanism once on the meta device (no memory, no time): a bad option raises there, and its
+    message is given back with the options named as the user writes them; parameters that would not fit in the
+    machine's memory are refused with their size."""
+    import torch
+
+    from ..errors import option as option_of
 
     options = mechanism_options(args, mechanism, hydra)
     attributes = _attributes(role)
     if "max_positions" in options:  # a mechanism with learned length projections (Linformer): the model's inputs fit
-        side = "max_source_positions" if role == ENCODER else "max_target_positions"
-        longest = max((_get(args, a) or 0 for a in (side, "max_positions", "tokens_per_sample")), default=0)
+        longest, (group, key) = longest_input(args, role, masked_lm, task)
         if longest > options["max_positions"]:
             option = option_name(mechanism_option(mechanism, "max_positions"), hydra)
             raise EVAOptionError(f"{option} ({options['max_positions']}) must be at least the model's longest input "
                                  f"({longest} positions): {mechanism} attention has a column of its length projections a "
-                                 f"position")
+                                 f"position; give {option} {longest} or more, or {option_of(group, key)} "
+                                 f"{options['max_positions']} or less")
     embed_dim, num_heads = _get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"])
     dropout = _get(args, "attention_dropout") or 0.0
     try:
         with torch.device("meta"):
-            registry.build(mechanism, embed_dim, num_heads, causal=role != ENCODER, dropout=dropout, **options)
+            module = registry.build(mechanism, embed_dim, num_heads, causal=role != ENCODER, dropout=dropout, **options)
     except ValueError as error:
         message = str(error)
         for option in options:
             message = re.sub(rf"\b{option}\b", option_name(mechanism_option(mechanism, option), hydra), message)
         raise EVAOptionError(f"{message} ({mechanism} attention in the {_WHERE[role]})") from None
+    layers = _get(args, "encoder_layers" if role == ENCODER else "decoder_layers") or 1
+    needed = 4 * layers * sum(t.numel() for t in (*module.parameters(), *module.buffers()))  # float32
+    if needed > machine_memory():
+        given = ", ".join(f"{option_name(mechanism_option(mechanism, o), hydra)} {v}" for o, v in options.items()
+                          if registry.get(mechanism).defaults()[o] != v) or "its defaults"
+        raise EVAOptionError(f"{mechanism} attention with {given} needs {gigabytes(needed)} for the parameters of its "
+                             f"{layers} layers alone, more than this machine's {gigabytes(machine_memory())}")
 
 
-def validate_eva_args(args, roles, hydra=False):
+def validate_eva_args(args, roles, hydra=False, task=None):
     """Run at model build time. `roles` maps a role to its attention attribute (encoder_attention or
-    decoder_attention); `hydra`: name the options as fairseq-hydra-train's keys."""
+    decoder_attention); `hydra`: name the options as fairseq-hydra-train's keys; `task`, where known, limits the
+    inputs' length."""
     for role, attention in roles.items():
         kind = attention_kind(args, attention, hydra)
         refusal = registry.refusal(kind, causal=role != ENCODER)
@@ -407,7 +489,7 @@ def validate_eva_args(args, roles, hydra=False):
         if kind == "softmax":
             continue
         if kind not in EVA_LAYER:
-            _check_mechanism(args, role, kind, hydra)
+            _check_mechanism(args, role, kind, hydra, masked_lm=list(roles) == [ENCODER], task=task)
             using = f"{option_name(attention, hydra)} {kind}"
             if (_get(args, "quant_noise_pq") or 0) > 0:
                 raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported with {using}")
@@ -429,6 +511,45 @@ def validate_eva_args(args, roles, hydra=False):
             raise EVAOptionError(f"{option_name('quant_noise_pq', hydra)} is not supported by EVA attention ({using})")
         if role != ENCODER and _get(args, "cross_self_attention"):
             raise EVAOptionError(f"{option_name('cross_self_attention', hydra)} is not supported with {using}")
+
+
+# ------------------------------------------------------------------ options that no self-attention uses
+
+EVA_ATTRIBUTES = tuple(option.removeprefix("--").replace("-", "_") for option, _ in _COMMON + _DECODER)
+
+
+def used_attributes(args, roles, hydra=False):
+    """The attention options that configure some self-attention of the model: each role's attention option, the
+    `--eva-*` options its EVA layer reads, a baseline's own options."""
+    used = set(roles.values())
+    for role, attention in roles.items():
+        kind = attention_kind(args, attention, hydra)
+        if kind in EVA_LAYER:
+            fields = set(_attributes(role)) - ({"num_chunks", "chunk_size"} if kind == "local" else
+                                               {"num_chunks"} if role == DECODER else set())
+            used |= {_attributes(role)[field] for field in fields}
+        elif kind != "softmax":
+            used |= {mechanism_option(kind, option.name) for option in registry.get(kind).options}
+    return used
+
+
+def check_unused_options(args, roles, defaults, hydra=False):
+    """EVAOptionError naming each option of a mechanism that no self-attention uses (`--performer-num-features` with
+    lara, `--eva-num-chunks` with local attention), which would be ignored. A baseline's option counts as given when
+    it is set; an `--eva-*` option when it differs from the architecture's default (`defaults`: fairseq-train fills
+    those in as it parses the command line, so one given at its default value cannot be told from one not given, and
+    is ignored without a word)."""
+    used = used_attributes(args, roles, hydra)
+    chosen = ", ".join(f"{option_name(a, hydra)} {attention_kind(args, a, hydra)}" for a in roles.values())
+    unused = [a for name, m in registry.MECHANISMS.items() if name not in EVA_LAYER for a in
+              (mechanism_option(name, o.name) for o in m.options) if a not in used and _get(args, a) is not None]
+    unused += [a for a in EVA_ATTRIBUTES if a not in used and _get(args, a) is not None and
+               _get(args, a) != _get(defaults, a)]
+    if unused:
+        given = ", ".join(f"{option_name(a, hydra)} {_get(args, a)}" for a in unused)
+        raise EVAOptionError(f"{given}: no self-attention of this model uses {'it' if len(unused) == 1 else 'them'} "
+                             f"({chosen}): leave {'it' if len(unused) == 1 else 'them'} out, or choose the mechanism "
+                             f"{'it configures' if len(unused) == 1 else 'they configure'}")
 
 
 # ------------------------------------------------------------------ what a checkpoint records
@@ -464,8 +585,9 @@ def show_record(record, attributes, hydra=False):
     def value(v):
         return str(v).lower() if isinstance(v, bool) else str(v)
 
-    return ", ".join(f"{option_name(a, hydra)} {value(record[a])}" if a in record else f"no {option_name(a, hydra)}"
-                     for a in attributes)
+    between = "=" if hydra else " "
+    return ", ".join(f"{option_name(a, hydra)}{between}{value(record[a])}" if a in record else
+                     f"no {option_name(a, hydra)}" for a in attributes)
 
 
 # ------------------------------------------------------------------ unknown keys under fairseq-hydra-train

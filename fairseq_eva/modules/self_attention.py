@@ -29,6 +29,7 @@ class FairseqSelfAttention(FairseqIncrementalState):
     def __init__(self, embed_dim, num_heads, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         self._checked_mask = None  # (data_ptr, shape, dtype, device, version) of a verified future mask
+        self.batch_check = None  # called with each batch (B x N x C) before the attention runs: a memory estimate
 
     def forward(
         self,
@@ -55,6 +56,8 @@ class FairseqSelfAttention(FairseqIncrementalState):
             # beside the forced prefix of a prompt); the cores' caches have no per-row mask, so such a
             # token is attended as a token of that beam, whose outputs are never used.
             key_padding_mask = None
+        if self.batch_check is not None:
+            self.batch_check(query.transpose(0, 1))
         out = super().forward(query.transpose(0, 1), key_padding_mask, cache)
         if incremental_state is not None:
             self._set_input_buffer(incremental_state, cache)

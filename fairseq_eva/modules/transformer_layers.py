@@ -6,13 +6,15 @@ fairseq's own. Which self-attention a layer gets is read from --encoder-attentio
 parameters, same names).
 """
 
+import functools
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from ..attention import registry
-from .options import DECODER, ENCODER, EVA_LAYER, LM, EVAOptions, attention_kind, mechanism_options
+from .options import DECODER, ENCODER, EVA_LAYER, LM, EVAOptions, attention_kind, check_batch_memory, mechanism_options
 from .self_attention import EVAMultiheadAttention, multihead
 
 
@@ -23,8 +25,10 @@ def build_attention(kind, embed_dim, num_heads, cfg, role):
         return EVAMultiheadAttention(embed_dim, num_heads, **EVAOptions.from_args(cfg, role, chunks=kind == "eva").kwargs())
     mechanism = registry.get(kind)
     options = {**mechanism.defaults(), **mechanism_options(cfg, kind), **dict(mechanism.fixed)}
-    return multihead(mechanism.module_class())(embed_dim, num_heads, causal=role != ENCODER,
-                                               dropout=cfg.attention_dropout, **options)
+    layer = multihead(mechanism.module_class())(embed_dim, num_heads, causal=role != ENCODER,
+                                                dropout=cfg.attention_dropout, **options)
+    layer.batch_check = functools.partial(check_batch_memory, kind, options, num_heads=num_heads)
+    return layer
 
 
 def _wrap(layer, cfg):
