@@ -1,7 +1,8 @@
 """A checkpoint records its attention: fairseq-train refuses to resume, restore or fine-tune it into a model of
 another mechanism or other options, in one line naming both, before any update and leaving no file; fairseq-eval-lm
 builds the model a checkpoint was trained as, even after a default changed in the code; a checkpoint from before
-the record loads as it did (its missing options at their defaults). All jobs run in one process."""
+the record loads as it did (its missing options at their defaults); fairseq-train --help with an --arch lists the
+model's attention options. All jobs run in one process."""
 
 import pytest
 
@@ -60,6 +61,7 @@ def runs(tmp_path_factory):
         "without_record": {"code": WITHOUT_RECORD.replace("CHECKPOINT", repr(str(t2r))).replace(
             "OLD", repr(str(save / "old.pt"))).replace("ARGS", repr([*eval_lm, "--path", str(save / "old.pt")]))},
         "default_changed": {"code": T2R_DEFAULT_CHANGED.replace("ARGS", repr([*eval_lm, "--path", str(t2r)]))},
+        "help": ("train", "--help", "--user-dir", USER_DIR, "--arch", "transformer_eva_tiny"),
     }
     return {"save": save, **run_jobs(jobs, cwd=save)}
 
@@ -108,3 +110,14 @@ def test_a_checkpoint_records_every_option_and_loads_as_trained_after_a_default_
 def test_a_checkpoint_from_before_the_record_loads_with_the_defaults(runs):
     status, log = runs["without_record"]
     assert status == 0 and "Perplexity" in log, log[-3000:]
+
+
+def test_help_with_an_arch_lists_the_models_attention_options(runs):
+    status, log = runs["help"]
+    assert status == 0 and "usage: fairseq-train" in log, log[-3000:]
+    text = " ".join(log.split())
+    for option in ("--encoder-attention", "--eva-window-size INT EVA: size w of the local blocks",
+                   "--performer-num-features INT performer attention: number m of random features",
+                   "--lara-num-landmarks", "--reformer-chunk-size"):
+        assert option in text, option
+

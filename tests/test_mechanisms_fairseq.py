@@ -182,6 +182,17 @@ def test_the_usage_page_lists_every_mechanism_as_the_registry_does():
         "python -c 'from fairseq_eva.modules.options import mechanism_table; print(mechanism_table())'")
 
 
+def test_the_usage_page_lists_the_attention_options_as_their_help_texts_say():
+    from fairseq_eva.modules.options import eva_option_table
+
+    page = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
+    start, end = "tests/test_mechanisms_fairseq.py keeps it equal -->\n", "<!-- end of the options table -->"
+    shown = page[page.rindex(start) + len(start) : page.index(end)].strip()
+    assert shown == eva_option_table(), (
+        "docs/usage.md's table of the EVA options differs from their help texts: paste the output of\n"
+        "python -c 'import fairseq_eva; from fairseq_eva.modules.options import eva_option_table; print(eva_option_table())'")
+
+
 @pytest.mark.parametrize("job,line", [(job, line) for job, _, line in REFUSALS])
 def test_a_bad_mechanism_option_ends_in_one_line_before_training(runs, job, line):
     status, log = runs[job]

@@ -30,6 +30,8 @@ with `python -c` and no `import fairseq_eva`):
 - model_fit: a model that does not fit its task, its dictionaries or --tokens-per-sample. Without it: a language
   model trained on translation data ends in a TypeError and a crash.pt; fairseq-eval-lm on a translation
   checkpoint in `AttributeError: ... supported_targets`.
+- model_help: `--help` never shows the model's options, since fairseq adds them after the parse that acts on it.
+  Without it: `fairseq-train --help --user-dir fairseq_eva --arch transformer_eva_tiny` lists no attention option.
 - quiet_logs: four or five INFO lines of fairseq's iterator caching on every pass over a dataset (`reuse_dataloader
   = True`, `creating new batches for epoch 1`). Without it: any fairseq-train run, or a hub translate call.
 - same_attention: fairseq-train resumes or fine-tunes a checkpoint into a model of another attention. Without it: a
@@ -53,6 +55,7 @@ from . import (
     harmless_warnings,
     interrupt,
     model_fit,
+    model_help,
     quiet_logs,
     same_attention,
     save_dir,
@@ -60,7 +63,7 @@ from . import (
 )
 
 INSTALLED = (batch_limits, batching, checkpoint_paths, checkpoint_safety, clean_exit, data_dir, eval_lm_window,
-             harmless_warnings, interrupt, model_fit, quiet_logs, same_attention, save_dir, wall_clock)
+             harmless_warnings, interrupt, model_fit, model_help, quiet_logs, same_attention, save_dir, wall_clock)
 
 
 def install():

@@ -641,3 +641,24 @@ def mechanism_table():
         cost = " ".join((mechanism.cost.__doc__ or "").split()).split(". ")[0].removesuffix(".").replace("|", "\\|")
         lines.append(f"| `{name}`: {mechanism.description} | {', '.join(mechanism.directions)} | {options} | {cost} |")
     return "\n".join(lines)
+
+
+def eva_option_table():
+    """docs/usage.md's table of the attention options and the `--eva-*` options, from their help texts (a test keeps
+    the page equal to it; the baselines' options are in mechanism_table)."""
+    arch = "per architecture"
+    defaults = argparse.Namespace()
+    common_defaults(defaults, arch, arch, arch, arch)
+    decoder_defaults(defaults, arch, arch, arch)
+    lines = ["| option | default | meaning |", "|---|---|---|",
+             "| `--encoder-attention NAME` | eva | translation and masked LM: the encoder self-attention, one of the "
+             f"bidirectional choices above ({', '.join(registry.choices(registry.BIDIRECTIONAL))}) |",
+             "| `--decoder-attention NAME` | translation: softmax; LM: eva | translation: the decoder self-attention; LM: "
+             f"its self-attention; one of the causal choices above ({', '.join(registry.choices(registry.CAUSAL))}) |"]
+    for option, keywords in _COMMON + _DECODER:
+        value = getattr(defaults, option.removeprefix("--").replace("-", "_"))
+        shown = str(value).lower() if isinstance(value, bool) else value
+        meaning = keywords["help"].removeprefix("EVA: ").replace("|", "\\|")
+        lines.append(f"| `{option} {keywords['metavar']}` | {shown} | {meaning} |")
+    return "\n".join(lines)
+
