@@ -63,9 +63,10 @@ class FavorPlus(RandomFeatureMap):
     of exp(q.k/sqrt(d)) (Lemma 1). For range only, a query's exponents are shifted by their largest value and
     the keys' by the largest over the keys each query sees (the layer, forms.py): one factor per query on
     numerator and denominator alike, so the output is FAVOR+'s exactly. Nothing is added to the features.
-    (Performer's code adds 1e-6 (TensorFlow) or 1e-4 (JAX) to the features after its shift, and the EVA
-    authors' code 1e-4; both shift by the largest w.x only, keeping exp(-|x~|^2/2). Small beside the shifted
-    features of d = 64 and m = 256, that constant changes the output: it is left out here.)
+    (Performer's code adds 1e-6 to the features after its shift, performer-pytorch and the EVA authors' code
+    1e-4, and all three shift by the largest w.x only, keeping exp(-|x~|^2/2). The shifted features' scale is
+    set by the shift, not the data, and at d = 64 and m = 256 that constant is not small beside them: it would
+    change the output, and is left out here.)
 
     relu: phi(x) = m^-1/2 ReLU(W x~) + eps, eps = 1e-3, which without eps estimates the order-1 arc-cosine
     kernel (|q~||k~|/2pi)(sin t + (pi - t) cos t). eps is part of this map as its authors have it: the EVA
