@@ -339,8 +339,9 @@ def score(table, result):
 
 
 def spread_text(values):
+    """The mean, and the lowest and highest value in brackets where they differ."""
     mean = sum(values) / len(values)
-    return f"{mean:.2f}" if len(values) == 1 else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
+    return f"{mean:.2f}" if min(values) == max(values) else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def orderings(table, runs):
@@ -374,7 +375,7 @@ def table_lines(table, scale, runs):
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row, rs in runs.items():
         paper = PAPER[table][row]
-        cells = [row, "-" if paper is None else f"{paper:g}", spread_text([score(table, r["result"]) for r in rs])]
+        cells = [row, "-" if paper is None else str(paper), spread_text([score(table, r["result"]) for r in rs])]
         if sacre:
             values = [r["result"]["sacrebleu"] for r in rs]
             cells.append("-" if None in values else spread_text(values))
@@ -382,7 +383,7 @@ def table_lines(table, scale, runs):
         ends = [r["curve"][-1] for r in rs if r["curve"]]
         complete = len(ends) == len(rs)
         cells += [len(rs), ", ".join(f"{p:,}" for p in sorted(params)) if None not in params else "-",
-                  spread_text([e[0] for e in ends]).replace(".00", "") if complete else "-",
+                  spread_text([e[0] for e in ends]).replace(".00", "") if complete else "-",  # whole updates
                   spread_text([e[1] / 60 for e in ends]) if complete else "-"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines + (["", *orderings(table, runs)] if runs else [])
