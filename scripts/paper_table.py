@@ -21,6 +21,9 @@ Scales (--scale):
           The attention settings are the config's scaled as the demo scales EVA-32's (|E| = 8, C = 4): every
           length and size by 1/4, the ratio of the head widths (16 to 64) and about that of the sentence
           lengths (7 words a sentence on average against WMT14's 23 to 27), and C by 1/2 (SCALED below).
+          One more row may be asked for (--rows ...,exact): exact softmax attention with EVA's relative
+          position bias (EVA's layer, one window over the sentence, no chunks), which separates what the
+          bias does from what EVA's approximation does.
           Then the last --average epoch checkpoints are averaged, and the test split translated with beam 4
           and length penalty 0.6 (scripts/eval_wmt14.sh) on the CPU. --data replaces the sample with other
           binarised data (the tests use a smaller one).
@@ -83,6 +86,9 @@ SCALED = {"softmax": [], "eva16": ["model.eva_window_size=2", "model.eva_num_chu
           "eva64": ["model.eva_window_size=8", "model.eva_num_chunks=4"],
           "performer128": ["model.performer_num_features=32"], "lara16": ["model.lara_num_landmarks=4"],
           "lara32": ["model.lara_num_landmarks=8"], "lara64": ["model.lara_num_landmarks=16"]}
+# A row beside the paper's at sample scale: exact softmax attention with EVA's relative position bias (EVA-16's
+# layer with one window over the whole sentence and no chunks), which tells the bias from the approximation.
+CONTROLS = {"exact": ("eva16", ["model.eva_window_size=256", "model.eva_overlap=false", "model.eva_num_chunks=0"])}
 SAMPLE = os.path.join(REPO, "data", "sample", "po_en_de")
 # lm and mlm rows at sample scale: scripts/long_context.py's row of the same attention
 SAMPLE_ROWS = {"lm": {"softmax_16l": "softmax", "eva_16l": "eva", "elu_16l": "elu", "rfa_16l": "rfa", "t2r_16l": "t2r"},
@@ -118,12 +124,14 @@ def prepare_sample(args, env):
 def sample_train_command(args, data, row, seed):
     """`paper_table.py _train` (fairseq-hydra-train with a CPU-time clock) on the row's config, tiny."""
     stop = [f"optimization.stop_time_hours={args.budget_minutes / 60}"] if args.budget_minutes else []
+    config, attention = CONTROLS.get(row, (row, SCALED.get(row)))
     return [sys.executable, os.path.abspath(__file__), "_train", "--config-dir", os.path.join(REPO, "configs"),
-            "--config-name", CONFIG["mt"].format(row), f"common.user_dir={os.path.join(REPO, 'fairseq_eva')}",
+            "--config-name", CONFIG["mt"].format(config),
+            f"common.user_dir={os.path.join(REPO, 'fairseq_eva')}",
             f"task.data={data}", f"checkpoint.save_dir={run_dir(args.work, row, seed)}", "common.cpu=true",
             "common.fp16=false", "distributed_training.distributed_world_size=1", f"common.seed={seed}",
             f"dataset.max_tokens={args.max_tokens}", f"optimization.max_epoch={args.epochs}",
-            f"optimization.lr=[{args.lr}]", f"checkpoint.keep_last_epochs={args.average}", *stop, *TINY, *SCALED[row]]
+            f"optimization.lr=[{args.lr}]", f"checkpoint.keep_last_epochs={args.average}", *stop, *TINY, *attention]
 
 
 def train_sample(args, data, row, seed, env):
@@ -295,7 +303,7 @@ def collect(table, work, rows=None, seeds=None):
     """{row: [summary of each seed's run with a result]} of the runs in `work` (all the table's rows and seeds
     there when not given), in the table's order of rows."""
     found = [m.groups() for m in map(RUN_DIR.fullmatch, sorted(os.listdir(work))) if m]
-    rows = rows or [row for row in PAPER[table] if any(r == row for r, _ in found)]
+    rows = rows or [row for row in (*PAPER[table], *CONTROLS) if any(r == row for r, _ in found)]
     seeds = seeds or sorted({int(s) for _, s in found})
     runs = {}
     for row in rows:
@@ -374,7 +382,7 @@ def table_lines(table, scale, runs):
     head = ["row", "paper", name, *sacre, "seeds", "parameters", "updates", f"{clock} min"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row, rs in runs.items():
-        paper = PAPER[table][row]
+        paper = PAPER[table].get(row)
         cells = [row, "-" if paper is None else str(paper), spread_text([score(table, r["result"]) for r in rs])]
         if sacre:
             values = [r["result"]["sacrebleu"] for r in rs]
@@ -463,9 +471,10 @@ def parse_args(argv=None):
     sample_rows = SAMPLE_ROWS.get(args.table) if args.scale == "sample" else None
     args.rows = (args.rows.split(",") if args.rows else
                  list(sample_rows) if sample_rows else list(PAPER[args.table]))
-    unknown = [row for row in args.rows if row not in PAPER[args.table]]
+    known = [*PAPER[args.table], *(CONTROLS if args.table == "mt" and args.scale == "sample" else ())]
+    unknown = [row for row in args.rows if row not in known]
     if unknown:
-        p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(PAPER[args.table])}")
+        p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(known)}")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:

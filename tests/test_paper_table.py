@@ -69,6 +69,7 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
 @pytest.mark.parametrize("args, message", [
     (["--table", "mt", "--rows", "eva16,eva128"], "--rows: no mt row eva128; its rows: softmax, eva16"),
     (["--table", "mt", "--scale", "full"], "--scale full needs --data"),
+    (["--table", "mt", "--scale", "full", "--data", "d", "--rows", "exact"], "no mt row exact"),  # sample scale only
     (["--table", "lm", "--rows", "eva_32l"], "--rows: eva_32l has no small counterpart at sample scale"),
     (["--table", "mt", "--", "--budget-minutes", "3"], "arguments after -- go to scripts/long_context.py"),
     (["--table", "mt", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
