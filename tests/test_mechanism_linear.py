@@ -481,3 +481,12 @@ GRADIENT_CASES = [pytest.param(name, options, causal, marks=() if (i, causal) in
 @pytest.mark.parametrize("name,options,causal", GRADIENT_CASES)
 def test_gradients(name, options, causal):
     checks.check_gradients(name, causal=causal, **options)
+
+
+def test_the_printed_model_shows_each_feature_maps_options():
+    from fairseq_eva.attention import registry
+
+    assert "FavorPlus(heads=4, num_features=32, head_dim=16, kernel=relu)" in str(
+        registry.build("performer", 64, 4, num_features=32, kernel="relu"))
+    assert "TrainedReLU(heads=4, num_features=8, head_dim=16)" in str(registry.build("t2r", 64, 4, causal=True, num_features=8))
+    assert "RandomFourier(heads=4, num_features=16, head_dim=16)" in str(registry.build("rfa", 64, 4, num_features=16))

@@ -55,6 +55,10 @@ class RandomFeatureMap(nn.Module):
             return self.eval_rows.to(like.dtype)
         return gaussian_rows(*self.eval_rows.shape, device=like.device, dtype=like.dtype)
 
+    def extra_repr(self):
+        heads, rows, dim = self.eval_rows.shape
+        return f"heads={heads}, num_features={rows}, head_dim={dim}"
+
 
 class FavorPlus(RandomFeatureMap):
     """Performer's maps (Choromanski et al. 2021).
@@ -81,6 +85,9 @@ class FavorPlus(RandomFeatureMap):
         super().__init__(heads, num_features, head_dim)
         self.kernel = kernel
         self.eps = self.RELU_EPS if kernel == "relu" else 0.0  # the positive map adds nothing
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, kernel={self.kernel}"
 
     def forward(self, q, k, fixed=False):
         w = self.rows(fixed, q)
@@ -127,6 +134,10 @@ class TrainedReLU(nn.Module):
         bound = head_dim**-0.5  # as nn.Linear's initialisation
         self.weight = nn.Parameter(torch.empty(heads, num_features, head_dim).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(heads, num_features).uniform_(-bound, bound))
+
+    def extra_repr(self):
+        heads, num_features, head_dim = self.weight.shape
+        return f"heads={heads}, num_features={num_features}, head_dim={head_dim}"
 
     def features(self, x):
         return F.relu(x @ self.weight.to(x.dtype).transpose(-1, -2) + self.bias.to(x.dtype)[:, None, :])
