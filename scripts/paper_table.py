@@ -58,9 +58,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import demo_report  # noqa: E402  (reads eval_wmt14.sh's BLEU and eval_lm.sh's perplexities)
 import long_context  # noqa: E402  (the CPU-time clock, child processes and their clean stop)
 
-# The paper's numbers (EVA paper, tables 2 to 4); None where the paper's row quotes none that this table uses.
+# The paper's numbers (the EVA paper's language tables); None where this repository quotes none for the row.
 # mt: test BLEU (Performer-128 and LARA from the LARA paper, as the EVA paper quotes them); lm: test perplexity
 # (the 32-layer EVA at context window 480); mlm: validation perplexity.
 PAPER = {
@@ -96,8 +97,7 @@ SAMPLE_ROWS = {"lm": {"softmax_16l": "softmax", "eva_16l": "eva", "elu_16l": "el
                                                          "reformer", "combiner", "long_short")}}
 
 
-def log(message):
-    long_context.log(message)
+log = long_context.log
 
 
 def run_dir(work, row, seed):
@@ -179,8 +179,6 @@ def evaluate_mt(args, data, save, env, n_avg):
     log(f"{os.path.basename(save)}: average the last {n_avg} checkpoints, beam 4, length penalty 0.6, BLEU")
     long_context.run(["bash", os.path.join(HERE, "eval_wmt14.sh"), save], {**env, "DATA": data, "N_AVG": str(n_avg)},
                      os.path.join(save, "eval.log"))
-    import demo_report
-
     bleu, sacre = demo_report.read_bleu(os.path.join(save, "bleu.test.txt"))
     if bleu is None:
         sys.exit(f"error: no BLEU in {save}/bleu.test.txt; see {save}/eval.log")
@@ -248,16 +246,12 @@ def shell_line(cmd, env):
 def full_result(table, save):
     """The paper's number of a run at full size, from its evaluation's files; None before its evaluation."""
     if table == "mt":
-        import demo_report
-
         bleu, sacre = demo_report.read_bleu(os.path.join(save, "bleu.test.txt"))
         return None if bleu is None else {"bleu": bleu, "sacrebleu": sacre}
     if table == "lm":
         path = os.path.join(save, "ppl.tsv")
         if not os.path.exists(path):
             return None
-        import demo_report
-
         rows = demo_report.read_ppl(path)
         return {"ppl": {r["context"]: float(r["ppl"]) for r in rows if r["subset"] == "test"}}
     path = os.path.join(save, "ppl.valid.txt")
@@ -327,16 +321,19 @@ def keep_record(work, record):
     import shutil
 
     for name in os.listdir(work):
-        if RUN_DIR.fullmatch(name):
+        done = [kept for kept in RECORDED if os.path.exists(os.path.join(work, name, kept))]
+        if RUN_DIR.fullmatch(name) and {"result.json", "bleu.test.txt", "ppl.tsv", "ppl.valid.txt"} & set(done):
             os.makedirs(os.path.join(record, name), exist_ok=True)
-            for kept in RECORDED:
-                if os.path.exists(os.path.join(work, name, kept)):
-                    shutil.copy(os.path.join(work, name, kept), os.path.join(record, name, kept))
+            for kept in done:  # the machine's folders as placeholders, as in the other records
+                with open(os.path.join(work, name, kept), encoding="utf-8") as f:
+                    text = f.read().replace(work, "WORK").replace(REPO, "REPO")
+                with open(os.path.join(record, name, kept), "w", encoding="utf-8") as f:
+                    f.write(text)
     for kept in ("results.md", "curves.png"):
         shutil.copy(os.path.join(work, kept), os.path.join(record, kept))
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "CPU")
-    meta = {"command": "python scripts/paper_table.py " + " ".join(sys.argv[1:]).replace(REPO + "/", ""),
+    meta = {"command": "python scripts/paper_table.py " + " ".join(sys.argv[1:]).replace(work, "WORK").replace(REPO + "/", ""),
             "commit": commit.strip() or "unknown", "date": time.strftime("%Y-%m-%d"),
             "device": f"{cpu}, {os.cpu_count()} cores, one thread a run"}
     json.dump(meta, open(os.path.join(record, "meta.json"), "w"), indent=1)
@@ -394,7 +391,7 @@ def table_lines(table, scale, runs):
                   spread_text([e[0] for e in ends]).replace(".00", "") if complete else "-",  # whole updates
                   spread_text([e[1] / 60 for e in ends]) if complete else "-"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return lines + (["", *orderings(table, runs)] if runs else [])
+    return lines + (["", *(f"- {line}" for line in orderings(table, runs))] if runs else [])
 
 
 def report(args):
