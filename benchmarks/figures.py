@@ -121,6 +121,14 @@ def baselines_small(task, since=0):
     return draw
 
 
+def translation_table(path):
+    """Validation loss against updates and CPU time of every run of the translation table at the sample's scale,
+    as scripts/paper_table.py plots its own report."""
+    paper_table = common.script("paper_table")
+    paper_table.plot(paper_table.collect("mt", record("translation_table")), path,
+                     "WMT14 rows, sample scale", "CPU")
+
+
 RECALL_ROWS = [  # label, record, row, colour
     ("exact", "recall_10000_updates", "exact", "tab:blue"),
     ("exact, seed 2", "recall_by_chunk_size", "exact-seed2", "tab:blue"),
@@ -159,6 +167,7 @@ FIGURES = {  # name: (draw, file under docs/img)
     "recall": (recall, "recall_by_chunk_size.png"),
     "baselines_small_lm": (baselines_small("lm", since=300), "baselines_small_lm.png"),
     "baselines_small_mlm": (baselines_small("mlm"), "baselines_small_mlm.png"),
+    "translation_table": (translation_table, "translation_table_sample.png"),
 }
 
 

@@ -363,12 +363,11 @@ def gpu_paper_configs():
 # The README's configs table: the paper's numbers as the paper quotes them (not measured here), and what has been
 # run of each config; the words/s ratios come from the Triton check's paper_configs runs.
 README_CONFIGS = [
-    ("`wmt14_en_de_eva16`", "BLEU 27.2", "not trained to a BLEU score; 60 fp16 updates on the sample, one H200: "
-     "{wmt14_en_de_eva16} softmax's words/s"),
-    ("`wmt14_en_de_eva32`", "BLEU 27.3", "only in `make demo`, at 2+2 layers of 64 with \\|E\\| = 8, C = 4, on the sample "
-     "([the demo's table](#quick-start): compound-split BLEU with softmax's)"),
-    ("`wmt14_en_de_eva64`", "BLEU 27.5", "not run"),
-    ("`wmt14_en_de_softmax`", "BLEU 27.5", "as the EVA rows above (demo; words/s on the H200)"),
+    ("`wmt14_en_de_eva16`", "BLEU 27.2", "at the sample's scale ({mt_scale}; \\|E\\| = 4, C = 4), {mt_seeds} seeds: "
+     "test BLEU {mt_eva16}; 60 fp16 updates on the sample, one H200: {wmt14_en_de_eva16} softmax's words/s"),
+    ("`wmt14_en_de_eva32`", "BLEU 27.3", "at the sample's scale (\\|E\\| = 8, C = 4, as `make demo`): test BLEU {mt_eva32}"),
+    ("`wmt14_en_de_eva64`", "BLEU 27.5", "at the sample's scale (\\|E\\| = 16, C = 4): test BLEU {mt_eva64}"),
+    ("`wmt14_en_de_softmax`", "BLEU 27.5", "at the sample's scale: test BLEU {mt_softmax}; words/s on the H200"),
     ("`wikitext103_eva_16l`", "test perplexity 19.4", "only in `make demo`, at 2 layers of 64 on the sample "
      "([the demo's table](#quick-start)); 60 fp16 updates, one H200: {wikitext103_eva_16l} softmax's words/s"),
     ("`wikitext103_softmax_16l`", "baseline", "words/s on the H200"),
@@ -383,16 +382,30 @@ README_CONFIGS = [
      "`mlm_combiner_2048`, `mlm_long_short_2048`", "the masked-LM table's baselines (Combiner 4.12, Transformer-LS "
      "4.01, Reformer 4.28)", "not run at size; each trains 3 updates on the sample in `make test-slow`"),
     ("`wmt14_en_de_performer128`, `wmt14_en_de_lara16`, `wmt14_en_de_lara32`, `wmt14_en_de_lara64`",
-     "the WMT14 table's baselines (from the LARA paper)",
-     "not run at size; each trains and translates on the sample in `make test-slow`"),
+     "BLEU 23.5, 26.4, 26.8, 27.0 (from the LARA paper)",
+     "at the sample's scale (32 features; 4, 8, 16 landmarks): test BLEU {mt_performer128}, {mt_lara16}, "
+     "{mt_lara32}, {mt_lara64} ([the table](docs/results.md#the-translation-table-at-the-samples-scale)); not run at "
+     "size"),
     ("`wikitext103_elu_16l`, `wikitext103_rfa_16l`, `wikitext103_t2r_16l`",
      "the Wikitext-103 table's baselines (quoted there at 32 layers)",
      "not run at size; each trains and is scored by fairseq-eval-lm on the sample in `make test-slow`"),
 ]
 
 
+def translation_cells():
+    """The translation table at the sample's scale, for the configs table: {mt_ROW: its test BLEU, the mean over
+    seeds (lowest-highest)}, the number of seeds and the model's size."""
+    from benchmarks.common import script
+
+    paper_table = script("paper_table")
+    runs = paper_table.collect("mt", os.path.join(RESULTS, "translation_table"))
+    seeds = {len(rs) for rs in runs.values()}
+    return {**{f"mt_{row}": paper_table.spread_text([r["result"]["bleu"] for r in rs]) for row, rs in runs.items()},
+            "mt_seeds": "/".join(map(str, sorted(seeds))), "mt_scale": "2+2 layers of 64"}
+
+
 def readme_paper_configs():
-    ratios = {eva: ratio_span(r) for eva, r in paper_config_ratios().items()}
+    ratios = {**{eva: ratio_span(r) for eva, r in paper_config_ratios().items()}, **translation_cells()}
     meta = load("fidelity", "meta.json")
     lines = ["| config | paper | parameters at full size (the paper's) | measured here |", "|---|---|---|---|"]
     lines += [f"| {config} | {paper} | {fidelity_params(config)} | {measured.format(**ratios)} |"
@@ -810,6 +823,58 @@ def demo():
 
 
 
+def translation_table():
+    """The paper's translation table at the sample's scale (scripts/paper_table.py's record): each row's test BLEU,
+    the mean over seeds with their range, and the orderings the seeds' spread decides."""
+    from benchmarks.common import script
+
+    paper_table = script("paper_table")
+    runs = paper_table.collect("mt", os.path.join(RESULTS, "translation_table"))
+    meta = load("translation_table", "meta.json")
+    return "\n".join(paper_table.table_lines("mt", "sample", runs)) + f"\n\nCommand: `{meta['command']}`."
+
+
+MLM_SEARCH = [  # setting, record of its runs, its rows, the perplexity of predicting by frequency (its plateau)
+    ("2,000 pieces, 8 blocks an update, warm-up 100 (the baselines above)", "baselines_small", ("softmax", "eva"),
+     "frequency_v2000.json"),
+    ("256 pieces, 4 blocks an update, warm-up 500", "mlm_plateau_search", ("softmax", "eva"), "frequency_v256.json"),
+]
+
+
+def mlm_plateau_search():
+    """The masked-LM search on the CPU (scripts/long_context.py's records beside the perplexity of predicting by
+    frequency, scripts/frequency_baseline.py): where each row goes below that plateau and below 3/4 of it."""
+    from benchmarks.common import script
+
+    def first_below(curve, level):
+        point = next((p for p in curve if p["ppl"] < level), None)
+        return "-" if point is None else f"{point['updates']:,} updates, {point['cpu_s'] / 60:.1f} CPU min"
+
+    lines = ["| setting (blocks of 512, 2 layers of 128) | row | plateau: frequency ppl | below it from | below 3/4 "
+             "of it from | at the end: updates, CPU min, valid_small ppl | test ppl (masked tokens) |",
+             "|---|---|---|---|---|---|---|"]
+    for setting, record, names, frequency in MLM_SEARCH:
+        plateau = load("mlm_plateau_search", frequency)["perplexity"]
+        for (row, seed), r in script("long_context").row_results(os.path.join(RESULTS, record), "mlm").items():
+            if row not in names:
+                continue
+            last = r["last"]
+            lines.append(f"| {setting} | {row}{'' if seed == 1 else f', seed {seed}'} | {plateau:.1f} | "
+                         f"{first_below(r['curve'], plateau)} | {first_below(r['curve'], 0.75 * plateau)} | "
+                         f"{last['updates']:,}, {last['cpu_s'] / 60:.1f}, {last['ppl']:.1f} | {r['test']['test']:.1f} |")
+    meta = load("mlm_plateau_search", "meta.json")
+    return "\n".join(lines) + f"\n\nCommand (the second setting): `{meta['command']}`."
+
+
+def readme_translation_table():
+    """The translation table's orderings at the sample's scale, as sentences (the table is on the results page)."""
+    from benchmarks.common import script
+
+    paper_table = script("paper_table")
+    runs = paper_table.collect("mt", os.path.join(RESULTS, "translation_table"))
+    by_mean, apart, _ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
+    return f"- {by_mean}\n- {apart}"
+
 # --- the README's summaries: the sentences with numbers of its Results section, each from its record ---------------
 
 def readme_exact():
@@ -915,6 +980,9 @@ TABLES = {
     "learning-summary": learning_summary,
     "op-count": op_count,
     "demo": demo,
+    "translation-table": translation_table,
+    "readme-translation-table": readme_translation_table,
+    "mlm-plateau-search": mlm_plateau_search,
     "baselines-small-lm": baselines_small("lm"),
     "baselines-small-mlm": baselines_small("mlm"),
     "baselines-summary-lm": baselines_summary("lm"),
