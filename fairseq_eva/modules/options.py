@@ -518,6 +518,12 @@ def validate_eva_args(args, roles, hydra=False, task=None):
 EVA_ATTRIBUTES = tuple(option.removeprefix("--").replace("-", "_") for option, _ in _COMMON + _DECODER)
 
 
+def unread_fields(kind, role):
+    """The EVAOptions fields of a role that its EVA layer of `kind` does not read: local attention has no chunks,
+    and a causal layer's chunks are set by their size, not their number."""
+    return {"num_chunks", "chunk_size"} if kind == "local" else {"num_chunks"} if role == DECODER else set()
+
+
 def used_attributes(args, roles, hydra=False):
     """The attention options that configure some self-attention of the model: each role's attention option, the
     `--eva-*` options its EVA layer reads, a baseline's own options."""
@@ -525,9 +531,7 @@ def used_attributes(args, roles, hydra=False):
     for role, attention in roles.items():
         kind = attention_kind(args, attention, hydra)
         if kind in EVA_LAYER:
-            fields = set(_attributes(role)) - ({"num_chunks", "chunk_size"} if kind == "local" else
-                                               {"num_chunks"} if role == DECODER else set())
-            used |= {_attributes(role)[field] for field in fields}
+            used |= {_attributes(role)[field] for field in set(_attributes(role)) - unread_fields(kind, role)}
         elif kind != "softmax":
             used |= {mechanism_option(kind, option.name) for option in registry.get(kind).options}
     return used
@@ -569,8 +573,7 @@ def attention_record(args, roles, hydra=False):
         record[attention] = kind
         if kind in EVA_LAYER:
             attributes = _attributes(role)
-            unused = {"causal", "dropout", "embed_dim", "num_heads"}
-            unused |= {"num_chunks", "chunk_size"} if kind == "local" else {"num_chunks"} if role == DECODER else set()
+            unused = {"causal", "dropout", "embed_dim", "num_heads"} | unread_fields(kind, role)
             for field, value in EVAOptions.from_args(args, role, hydra, chunks=kind == "eva").kwargs().items():
                 if field not in unused and attributes[field] not in NOT_RECORDED:
                     record[attributes[field]] = value
