@@ -9,6 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from benchmarks.fidelity import compose  # what fairseq-hydra-train composes from a config
 from fairseq_eva.attention import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,22 +150,6 @@ def dicts(tmp_path_factory):
     for name in ("dict.txt", "dict.en.txt", "dict.de.txt"):
         (d / name).write_text(words)
     return str(d)
-
-
-def compose(name, overrides):
-    """What fairseq-hydra-train does before training: hydra composition, fairseq's defaults, a plain
-    struct config."""
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    hydra_init(name)
-    with initialize_config_dir(config_dir=CONFIGS, version_base="1.1"):
-        cfg = hydra_compose(config_name=name, overrides=overrides)
-    add_defaults(cfg)
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
-    OmegaConf.set_struct(cfg, True)
-    return cfg
 
 
 @pytest.mark.parametrize("name", ALL)
