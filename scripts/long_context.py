@@ -711,6 +711,14 @@ def count_cpu_time(Trainer):
     Trainer.__init__, Trainer.load_checkpoint, Trainer._local_cumulative_training_time = patched_init, patched_load, cpu_time
 
 
+def seed_list(parser, text):
+    """--seeds' comma-separated whole numbers, or the parser's error naming them."""
+    try:
+        return [int(seed) for seed in text.split(",")]
+    except ValueError:
+        parser.error(f"--seeds {text!r}: give whole numbers separated by commas")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("corpus", help="folder with train.txt, valid.txt, test.txt")
@@ -747,10 +755,7 @@ def parse_args(argv=None):
                 row_options(task, row, args.tokens_per_sample, args.dim, args.heads)
             except ValueError as e:
                 p.error(f"--rows: {e}")
-    try:
-        args.seeds = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        p.error(f"--seeds {args.seeds!r}: give whole numbers separated by commas")
+    args.seeds = seed_list(p, args.seeds)
     if args.budget_minutes <= 0:
         p.error("--budget-minutes must be positive")
     if args.parallel < 1:

@@ -473,10 +473,7 @@ def parse_args(argv=None):
     unknown = [row for row in args.rows if row not in known]
     if unknown:
         p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(known)}")
-    try:
-        args.seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        p.error(f"--seeds {args.seeds!r}: give whole numbers separated by commas")
+    args.seeds = long_context.seed_list(p, args.seeds)
     if sample_rows:
         alone = [row for row in args.rows if row not in sample_rows]
         if alone:
