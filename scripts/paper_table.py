@@ -289,7 +289,7 @@ def curve_of(table, save):
     return points
 
 
-RUN_DIR = re.compile(r"(.+)-seed([0-9]+)")
+RUN_DIR = long_context.SEED_DIR  # ROW-seedN
 RECORDED = ("command.txt", "curve.jsonl", "result.json", "trained.json", "bleu.test.txt", "ppl.tsv", "ppl.valid.txt")
 
 
