@@ -18,7 +18,6 @@ its 252G); embeddings and output layers are not counted. Translation has no fixe
 """
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -107,27 +106,11 @@ def dictionaries(folder, families):
     return paths
 
 
-@contextlib.contextmanager
-def recording_attention(built):
-    """While building: `built[id(module)] = (mechanism, causal, options)` for each self-attention the plugin builds
-    (fairseq's own MultiheadAttention, the softmax rows' layer, is not built there)."""
-    from fairseq_eva.modules import options as eva_options
-    from fairseq_eva.modules import transformer_layers
-
-    build = transformer_layers.build_attention
-
-    def build_and_record(kind, embed_dim, num_heads, cfg, role):
-        module = build(kind, embed_dim, num_heads, cfg, role)
-        if kind in eva_options.EVA_LAYER:
-            settings = eva_options.EVAOptions.from_args(cfg, role, chunks=kind == "eva").kwargs()
-            settings.pop("causal")
-        else:
-            settings = eva_options.mechanism_options(cfg, kind)
-        built[id(module)] = (kind, role != eva_options.ENCODER, settings)
-        return module
-
-    with mock.patch.object(transformer_layers, "build_attention", build_and_record):
-        yield
+def built_attention(model):
+    """{id(attention module): (mechanism, causal, options)} of each self-attention the plugin built, from the plan
+    each carries (fairseq's own MultiheadAttention, the softmax rows' layer, carries none)."""
+    return {id(m): (m.attention_plan.kind, m.attention_plan.causal, dict(m.attention_plan.options))
+            for m in model.modules() if hasattr(m, "attention_plan")}
 
 
 def build_on_meta(cfg):
@@ -137,13 +120,11 @@ def build_on_meta(cfg):
     import fairseq_eva  # noqa: F401  (registers the models)
 
     task = tasks.setup_task(cfg.task)
-    built = {}
     no_init = lambda module: None  # noqa: E731  (RoBERTa's init copies through the CPU: meta tensors have no data)
-    with torch.device("meta"), recording_attention(built), \
-            mock.patch("fairseq.models.roberta.model.init_bert_params", no_init), \
+    with torch.device("meta"), mock.patch("fairseq.models.roberta.model.init_bert_params", no_init), \
             mock.patch("fairseq_eva.models.roberta_eva.init_bert_params", no_init):
         model = task.build_model(cfg.model)
-    return task, model, built
+    return task, model, built_attention(model)
 
 
 def transformer_layers(model):

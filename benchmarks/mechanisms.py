@@ -38,10 +38,8 @@ PAPER = {
     "rfa": {},
     "t2r": {},
 }
-# the option that sets each mechanism's cost
-KNOBS = {"local": "window_size", "performer": "num_features", "lara": "num_landmarks", "linformer": "projected_dim",
-         "reformer": "chunk_size", "combiner": "span", "long_short": "num_landmarks", "rfa": "num_features",
-         "t2r": "num_features"}
+# the option that sets each mechanism's cost (its declaration's knob)
+KNOBS = {name: mechanism.knob for name, mechanism in registry.MECHANISMS.items() if mechanism.knob}
 
 
 def options(name, N, setting):

@@ -18,6 +18,8 @@ import re
 import sys
 from unittest import mock
 
+from fairseq_eva.attention import registry
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 PAGES = ("README.md", os.path.join("docs", "results.md"))
@@ -749,9 +751,7 @@ def baselines_small(task, record="baselines_small", tables=3):
     return render
 
 
-BASELINE_NAMES = {"softmax": "softmax", "eva": "EVA", "local": "local", "performer": "Performer", "elu": "ELU",
-                  "rfa": "RFA", "t2r": "T2R", "lara": "LARA", "linformer": "Linformer", "reformer": "Reformer",
-                  "combiner": "Combiner", "long_short": "Transformer-LS"}
+BASELINE_NAMES = {name: mechanism.display_name for name, mechanism in registry.MECHANISMS.items()}
 
 
 def baselines_summary(task, record="baselines_small"):

@@ -12,6 +12,13 @@ class UserError(CompactHydraException):
     CompactHydraException without a traceback."""
 
 
+class AttentionOptionError(UserError, ValueError):
+    """A bad attention option (of EVA or of any other mechanism), named as the user wrote it."""
+
+
+EVAOptionError = AttentionOptionError  # its earlier name
+
+
 class FP16Error(UserError):
     """fp16 asked for without a CUDA GPU."""
 

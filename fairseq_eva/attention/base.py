@@ -18,7 +18,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from .eva import padding_order
+from .layout import tensor_cache
 
 Cache = Dict[str, Tensor]
 
@@ -102,3 +102,14 @@ def key_mask(lengths, N, device):
     if lengths is None:
         return None
     return torch.arange(N, device=device)[None, :] < lengths[:, None]
+
+
+@tensor_cache
+def padding_order(key_padding_mask):
+    """(order, lengths, is_pad) of a B x N padding mask: the permutation that puts each row's real tokens first
+    (B x N), the rows' numbers of real tokens (B, int32), and the pad positions after it (B x N x 1)."""
+    pad = key_padding_mask.to(torch.bool)
+    order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
+    lengths = pad.size(1) - pad.sum(1, dtype=torch.int32)
+    is_pad = torch.arange(pad.size(1), device=pad.device)[None, :, None] >= lengths[:, None, None]
+    return order, lengths, is_pad

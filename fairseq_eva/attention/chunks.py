@@ -9,10 +9,13 @@ an importance-sampling estimate, with one sample omega_c, of the chunk's share o
 """
 
 import importlib.util
+import math
 from typing import NamedTuple
 
 import torch
 from torch import nn
+
+from .layout import tensor_cache
 
 PROPOSALS = ("layernorm", "linear", "identity")
 # mu_c = sigma_q(q mean) + k~_c (the paper's Eq. 11-13, and the authors' causal code) or half of it (the authors'
@@ -176,3 +179,19 @@ def segments(chunk_ids, count):
     sizes = torch.zeros(chunk_ids.size(0), count + 1, dtype=torch.int32, device=chunk_ids.device)
     sizes = sizes.scatter_add_(1, chunk_ids, real.to(torch.int32))[:, :count]
     return Segments(chunk_ids, count, ~real[:, None], sizes.clamp_min(1)[:, None, :, None], sizes > 0)
+
+
+@tensor_cache
+def chunk_segments(lengths, N, num_chunks, chunk_size):
+    """Chunks over each row's own L = lengths[b] real tokens (the first L of N positions): C = num_chunks chunks
+    of ceil(L / C), or chunks of chunk_size; as Segments. More chunks than positions (C > N) are chunks of one
+    token, N of them: the others would hold no token, so they are not laid out (a C of thousands on short sentences
+    costs what C = N does)."""
+    if chunk_size:
+        sizes, count = chunk_size, math.ceil(N / chunk_size)
+    else:
+        sizes = (lengths[:, None] + num_chunks - 1).div(num_chunks, rounding_mode="floor").clamp_min(1)
+        count = min(num_chunks, N)
+    positions = torch.arange(N, device=lengths.device)[None, :]
+    chunk_ids = (positions // sizes).masked_fill(positions >= lengths[:, None], count)
+    return segments(chunk_ids, count)

@@ -174,4 +174,5 @@ MECHANISMS = (Mechanism(
             "query place and key place in the span (the authors' local attention bias; H x s x s parameters a "
             "layer)", choices=RPE_TYPES)),
     combiner_cost, "Combiner-Fixed: exact softmax inside a span, a DeepSets-Max abstraction of every other span",
+    title="Combiner", knob="span",
 ),)

@@ -23,37 +23,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chunks import PROPOSAL_MEANS, PROPOSALS, ChunkSummaries, segments
+from .base import padding_order
+from .chunks import PROPOSAL_MEANS, PROPOSALS, ChunkSummaries, chunk_segments
 from .kernels import KERNELS, choose
-from .layout import BlockLayout, additive_mask, tensor_cache, visible_causal_chunks
+from .layout import BlockLayout, additive_mask, visible_causal_chunks
+from .mechanism import BIDIRECTIONAL, CAUSAL, Mechanism, Option
 from .relative_position import RPE_TYPES, PlaceBias, RelativePositionBias, check_rpe
 
 Cache = Dict[str, Tensor]
 COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's mode for the layer's attention ("none": eager)
-
-
-@tensor_cache
-def padding_order(key_padding_mask):
-    """(order, lengths, is_pad) of a B x N padding mask: the permutation that puts each row's real tokens first
-    (B x N), the rows' numbers of real tokens (B, int32), and the pad positions after it (B x N x 1)."""
-    pad = key_padding_mask.to(torch.bool)
-    order = torch.sort(pad.to(torch.int8), dim=1, stable=True).indices  # real tokens first
-    lengths = pad.size(1) - pad.sum(1, dtype=torch.int32)
-    is_pad = torch.arange(pad.size(1), device=pad.device)[None, :, None] >= lengths[:, None, None]
-    return order, lengths, is_pad
-
-
-@tensor_cache
-def chunk_segments(lengths, N, num_chunks, chunk_size):
-    """Chunks over each row's own L = lengths[b] real tokens (the first L of N positions): C = num_chunks chunks
-    of ceil(L / C), or chunks of chunk_size; as chunks.Segments."""
-    if chunk_size:
-        sizes, count = chunk_size, math.ceil(N / chunk_size)
-    else:
-        sizes, count = (lengths[:, None] + num_chunks - 1).div(num_chunks, rounding_mode="floor").clamp_min(1), num_chunks
-    positions = torch.arange(N, device=lengths.device)[None, :]
-    chunk_ids = (positions // sizes).masked_fill(positions >= lengths[:, None], count)
-    return segments(chunk_ids, count)
 
 
 def _attention(layer, q, k, v, lengths):
@@ -75,9 +53,9 @@ def _pad_positions(t, before, after):
 
 
 def check_options(
-    embed_dim, num_heads, *, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, proposal="layernorm",
-    use_rpe=True, rpe_num_buckets=32, rpe_max_distance=128, dropout=0.0, kernel="auto", omega_noise=True,
-    chunk_logit_offset=0.0, compile="none", proposal_mean="sum", rpe_type="buckets", name=lambda field: field,
+    embed_dim, num_heads, *, causal, window_size, overlap, num_chunks, chunk_size, proposal, use_rpe, rpe_num_buckets,
+    rpe_max_distance, dropout, kernel, omega_noise, chunk_logit_offset, compile, proposal_mean, rpe_type,
+    name=lambda field: field,
 ):
     """Raise a ValueError that names the first bad option; `name(field)` is how the caller's user writes the
     option (the fairseq layer passes `--eva-window-size` or `model.eva_window_size`)."""
@@ -234,11 +212,23 @@ class EVAAttention(nn.Module):
         # (unbind's backward then stacks the gradients straight into the product's layout, with no further copy)
         return tuple(t.transpose(1, 2) for t in qkv.unbind(2))
 
-    def _layout(self):
-        """The BlockLayout of the local keys (window > 0)."""
+    def _layout(self, window=None):
+        """The BlockLayout of the local keys (window > 0), of the layer's window or of `window`."""
+        window = window or self.window_size
         if self.causal:
-            return BlockLayout.causal_blocks(self.window_size, self.overlap, self.chunk_size)
-        return BlockLayout.bidirectional(self.window_size, self.overlap)
+            return BlockLayout.causal_blocks(window, self.overlap, self.chunk_size)
+        return BlockLayout.bidirectional(window, self.overlap)
+
+    def _window(self, N):
+        """The window laid out over N positions: the layer's, or, where one block of it covers the whole sequence,
+        the shortest that still does (the sequence would otherwise be padded to the full window: a window of 10,000
+        over 200 tokens held gigabytes). The local sets, and so the output, are the same: one block holds every
+        position (and no chunk is visible in causal EVA). A per-place bias (rpe_type table) is tied to its window."""
+        w = self.window_size
+        if w <= N or N == 0 or isinstance(self.rpe, PlaceBias):
+            return w
+        step = self.chunk_size if self.causal and self.chunk_size else 2 if self.overlap and not self.causal else 1
+        return -(-N // step) * step
 
     @property
     def chunk_logit_offset(self):
@@ -323,14 +313,14 @@ class EVAAttention(nn.Module):
 
     def _bidirectional(self, q, k, v, lengths):
         B, H, N, d = q.shape
-        w = self.window_size
+        w = self._window(N)
         k_summary = beta = chunk_ok = None
         if self.chunks is not None:
             k_summary, beta, chunk_ok = self._bidirectional_chunks(q, k, v, lengths)  # B x H x C x d, B x C
         if w == 0:  # every query sees every chunk: plain softmax attention over the summaries
             hidden = None if chunk_ok is None else additive_mask(~chunk_ok, q.dtype)[:, None, None, :]
             return self._sdpa(q, k_summary, beta, hidden)
-        layout = self._layout()
+        layout = self._layout(w)
         nb = math.ceil(N / w)
         if nb * w > N:  # queries padded to whole blocks: the keys after N are hidden
             q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
@@ -351,8 +341,8 @@ class EVAAttention(nn.Module):
         """Pads (of the batch and of the last block) come after every real query, which sees none of them: the
         kernel gets no lengths."""
         N = q.size(2)
-        w, s = self.window_size, self.chunk_size
-        layout = self._layout()
+        w, s = self._window(N), self.chunk_size
+        layout = self._layout(w)
         nb = math.ceil(N / w)
         q, k, v = (_pad_positions(t, 0, nb * w - N) for t in (q, k, v))
         k_summary = beta = None
@@ -420,3 +410,82 @@ class EVAAttention(nn.Module):
         for name, value in cache.items():
             cache[name] = value.index_select(0, new_order)
         return cache
+
+
+def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, **_):
+    """2 (|E| + C) D + 2 D. 2 (|E| + C) D for the joint softmax over the local keys and the chunk summaries,
+    about 2 D for the summaries themselves (the proposal's projections are per chunk, negligible). Causal: a
+    query sees on average half its block (plus the previous block with overlap), and the chunks before its
+    block, N / (2 s) on average. Local attention: C = 0."""
+    local = (2 * window_size if overlap else window_size) if not causal else (
+        window_size / 2 + (window_size if overlap else 0))
+    local = min(local, N)  # a window longer than the sequence holds N keys
+    if causal:
+        chunks = N / (2 * chunk_size) if chunk_size else 0
+    else:
+        chunks = min(num_chunks, N) if num_chunks else (N / chunk_size if chunk_size else 0)
+    return 2 * (local + chunks) * embed_dim + (2 * embed_dim if chunks else 0)
+
+
+# EVAAttention's options, in the order of the help (its keyword defaults equal these: a test keeps them so). The
+# architectures set the paper's window and chunks (fairseq_eva/models/); fairseq's --attention-dropout is `dropout`.
+_CHUNK_OPTIONS = ("num_chunks", "chunk_size")
+OPTIONS = (
+    Option("window_size", int, 16,
+           "size w of the local blocks; the local set E of a query is its block (plus w/2 on each side with "
+           "--eva-overlap, so abs(E) = 2w); 0 = no local set (bidirectional only)"),
+    Option("overlap", bool, False,
+           "overlapping local windows (true/false); bidirectional: E also takes w/2 positions on each side of "
+           "the block (the paper's EVA-32 is w = 16 with overlap); causal: E also takes the whole previous block"),
+    Option("num_chunks", int, 0,
+           "number C of chunks (bidirectional EVA) summarising the whole sequence, chunk size ceil(L / C) for a "
+           "sequence of L tokens; 0 = use --eva-chunk-size (both 0: no chunks, plain block-local attention)"),
+    Option("chunk_size", int, 0,
+           "fixed chunk size instead of a fixed number of chunks; in causal EVA it must divide the window "
+           "size; 0 = use --eva-num-chunks"),
+    Option("proposal", str, "layernorm",
+           "projection sigma of the chunk summaries that form the proposal: Linear + LayerNorm (the paper's, "
+           "'layernorm'), Linear only, or the identity", PROPOSALS),
+    Option("proposal_mean", str, "sum",
+           "the proposal mean of a chunk, mu = sigma_q(q mean) + sigma_k(k mean) (sum, the paper's) or half of "
+           "it (average, as the authors' bidirectional code; their causal code sums)", PROPOSAL_MEANS),
+    Option("omega_noise", bool, True,
+           "in training, draw each chunk's proposal sample omega = mu + noise (true, the paper's) or take "
+           "omega = mu as at evaluation (false, a diagnostic)"),
+    Option("chunk_logit_offset", float, 0.0,
+           "nats added to every chunk summary's logit, e.g. log(chunk size), as if a summary stood for all "
+           "its chunk's keys (a diagnostic; the paper's is 0); carried exactly by the relative position bias, "
+           "lowered by this value, so it needs --eva-rpe true"),
+    Option("use_rpe", bool, True,
+           "a learned relative position bias inside the local set (true/false), of --eva-rpe-type", flag="rpe"),
+    Option("rpe_type", str, "buckets",
+           "the relative position bias: buckets (default; T5 buckets of the offset key minus query, "
+           "--eva-rpe-num-buckets scalars a head) or table (the authors' masked-LM local attention bias: one learned "
+           "scalar per head, query place in its block and local key place, not a function of the offset; w x width x H "
+           "parameters a layer, width = w, or 2w with --eva-overlap); table needs --eva-rpe true and a window",
+           RPE_TYPES),
+    Option("rpe_num_buckets", int, 32,
+           "number of relative position buckets (per direction: half, a quarter when bidirectional, are "
+           "exact distances)"),
+    Option("rpe_max_distance", int, 128, "relative distance beyond which all positions share the last bucket"),
+    Option("kernel", str, "auto",
+           "the kernel of every EVA self-attention: auto (default: the fastest that takes each call on its "
+           "device) or one pinned by name (an error where it cannot run a call)", ("auto", *KERNELS)),
+    Option("compile", str, "none",
+           "run each EVA self-attention's attention (the projections aside) under torch.compile(fullgraph=True) "
+           "in this mode; none (default): eager. Shapes that change every batch recompile: bucket the lengths",
+           COMPILE_MODES),
+)
+
+MECHANISMS = (
+    Mechanism(
+        "eva", ".eva:EVAAttention", (BIDIRECTIONAL, CAUSAL), OPTIONS, eva_cost,
+        "EVA: exact softmax over a local window plus one control-variate estimate per chunk",
+        title="EVA", check=check_options),
+    Mechanism(
+        "local", ".eva:EVAAttention", (BIDIRECTIONAL, CAUSAL),
+        tuple(o for o in OPTIONS if o.name not in _CHUNK_OPTIONS), eva_cost,
+        "block-local attention: EVA without chunks (the paper's Local baseline)",
+        fixed=tuple((name, 0) for name in _CHUNK_OPTIONS), knob="window_size", flags="eva",
+        check=check_options),
+)

@@ -30,9 +30,8 @@ import math
 import torch
 
 from .base import ProjectedAttention
-from .chunks import PROPOSALS, proposal_projection, upcast
-from .eva import chunk_segments
-from .mechanism import BIDIRECTIONAL, Mechanism, Option
+from .chunks import PROPOSALS, chunk_segments, proposal_projection, upcast
+from .mechanism import BIDIRECTIONAL, Mechanism, Memory, Option
 
 MIS_TYPES = ("mis-opt", "mis-bh")
 ALPHA_FLOOR = 1e-8
@@ -173,5 +172,9 @@ MECHANISMS = (
          Option("proposal", str, "layernorm", "projection sigma of q and k before the segment means: Linear + "
                 "LayerNorm (the paper's), Linear, or the identity (no parameters)", PROPOSALS)),
         lara_cost,
-        "LARA: self-normalised multiple importance sampling of softmax attention with C segment proposals"),
+        "LARA: self-normalised multiple importance sampling of softmax attention with C segment proposals",
+        title="LARA", knob="num_landmarks",
+        # the noise of every proposal, the weights of C' = min(C, N)
+        memory=Memory(("num_landmarks",), lambda B, N, H, d, o: H * o["num_landmarks"] * d
+                      + B * H * min(N, o["num_landmarks"]) * N, 1)),
 )

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .base import ProjectedAttention, key_mask
-from .mechanism import BIDIRECTIONAL, Mechanism, Option
+from .mechanism import BIDIRECTIONAL, Mechanism, Memory, Option
 
 SHARING = ("headwise", "kv", "none")
 
@@ -114,5 +114,7 @@ MECHANISMS = (
          Option("sharing", str, "headwise", "headwise: one E and one F per layer shared by its heads; kv: one "
                                             "E = F per layer; none: one E and one F per head", SHARING)),
         linformer_cost,
-        "Linformer: softmax attention over k learned length-projections of the keys and values"),
+        "Linformer: softmax attention over k learned length-projections of the keys and values",
+        title="Linformer", knob="projected_dim",
+        memory=Memory(("projected_dim",), lambda B, N, H, d, o: B * H * N * o["projected_dim"], 3)),  # the logits
 )

@@ -26,7 +26,7 @@ from .base import ProjectedAttention
 from .chunks import upcast
 from .joint_softmax import joint_softmax, pad_to_blocks
 from .layout import lowest
-from .mechanism import BIDIRECTIONAL, Mechanism, Option
+from .mechanism import BIDIRECTIONAL, Mechanism, Memory, Option
 from .relative_position import RelativePositionBias
 
 DUAL_LN_ORDERS = ("norm_first", "project_first")
@@ -170,4 +170,7 @@ MECHANISMS = (Mechanism(
             "(the Transformer-LS paper's equations)", DUAL_LN_ORDERS),
      Option("use_rpe", bool, True, "a learned relative position bias (T5 buckets) inside the block")),
     long_short_cost, "Transformer-LS: exact softmax over a local block and r dynamic landmarks per head, jointly",
+    title="Transformer-LS", knob="num_landmarks",
+    memory=Memory(("num_landmarks",), lambda B, N, H, d, o: B * H * N * (min(N, o["window_size"]) + o["num_landmarks"]),
+                  4),
 ),)

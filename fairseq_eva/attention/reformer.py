@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from .base import ProjectedAttention
 from .layout import lowest
-from .mechanism import BIDIRECTIONAL, Mechanism, Option
+from .mechanism import BIDIRECTIONAL, Mechanism, Memory, Option
 
 
 def bucket_counts(lengths, chunk_size, num_buckets, max_buckets):
@@ -198,5 +198,10 @@ MECHANISMS = (
          Option("attend_across_buckets", bool, False, "attend every key of the two chunks, not only those of "
                                                      "the query's bucket (Reformer: no; reformer-pytorch: yes)")),
         reformer_cost,
-        "Reformer: shared-QK LSH attention within sorted chunks, several hash rounds"),
+        "Reformer: shared-QK LSH attention within sorted chunks, several hash rounds",
+        title="Reformer", knob="chunk_size",
+        # the logits of every round's chunks, and the hashing: every token rotated onto num_buckets / 2 columns
+        # (d without num_buckets), then those and their negatives
+        memory=Memory(("num_hashes", "num_buckets"), lambda B, N, H, d, o: B * H * o["num_hashes"] * N * (
+            2 * min(N, o["chunk_size"]) + 3 * (o["num_buckets"] // 2 or d)), 4)),
 )

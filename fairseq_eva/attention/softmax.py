@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from .base import ProjectedAttention, key_mask
 from .layout import additive_mask
+from .mechanism import BIDIRECTIONAL, CAUSAL, Mechanism
 
 
 class SoftmaxAttention(ProjectedAttention):
@@ -47,3 +48,13 @@ def reference(q, k, v, causal=False, real=None):
         p = torch.softmax(logits.masked_fill(~visible, float("-inf")), -1).nan_to_num(0.0)
         out[:, :, n] = (p[..., None] * v).sum(2)
     return out
+
+
+def softmax_cost(N, embed_dim, num_heads, causal=False):
+    """2 N D (N D when causal). q.k and p v over the N keys (N / 2 on average when causal)."""
+    return (N if causal else 2 * N) * embed_dim
+
+
+MECHANISMS = (Mechanism(
+    "softmax", ".softmax:SoftmaxAttention", (BIDIRECTIONAL, CAUSAL), (), softmax_cost,
+    "exact softmax attention (in fairseq's layers: fairseq's own MultiheadAttention)", title="softmax"),)

@@ -13,9 +13,13 @@ from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_param
 from fairseq.models.roberta.model import roberta_prenorm_architecture
 from fairseq.utils import safe_getattr, safe_hasattr
 
-from ..modules import EVATransformerEncoder, add_masked_lm_args
-from ..modules.options import ENCODER, common_defaults
-from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
+from ..modules import AttentionTransformerEncoder, add_masked_lm_args
+from ..modules.architecture_defaults import eva_defaults
+from ..modules.plan import building
+from ..modules.roles import ENCODER
+from .build import prepare_args
+from .kernel_checks import PinnedKernelTrains
+from .precision import HalfNeedsCUDA
 
 
 @register_model("roberta_eva")
@@ -43,23 +47,24 @@ class RobertaEVAModel(HalfNeedsCUDA, PinnedKernelTrains, RobertaModel):
                     args.tokens_per_sample = task.max_positions()
                 args.max_positions = args.tokens_per_sample
 
-        args = prepare_args(cls, args, architecture, task)
-        encoder = RobertaEVAEncoder(args, task.source_dictionary)
+        args, plans = prepare_args(cls, args, architecture, task)
+        with building(plans):
+            encoder = RobertaEVAEncoder(args, task.source_dictionary)
         return cls(args, encoder)
 
 
 class RobertaEVAEncoder(RobertaEncoder):
-    """RoBERTa's encoder built on EVATransformerEncoder."""
+    """RoBERTa's encoder built on AttentionTransformerEncoder."""
 
     def build_encoder(self, args, dictionary, embed_tokens):
-        encoder = EVATransformerEncoder(args, dictionary, embed_tokens)
+        encoder = AttentionTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
         return encoder
 
 
 def eva_masked_lm_defaults(args, window_size=256, overlap=False, num_chunks=128, chunk_size=0):
     args.encoder_attention = safe_getattr(args, "encoder_attention", "eva")
-    common_defaults(args, window_size, overlap, num_chunks, chunk_size)
+    eva_defaults(args, window_size, overlap, num_chunks, chunk_size)
 
 
 @register_model_architecture("roberta_eva", "roberta_eva")

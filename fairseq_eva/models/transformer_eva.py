@@ -16,9 +16,13 @@ from fairseq.models.transformer import TransformerModel, transformer_iwslt_de_en
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.utils import safe_getattr
 
-from ..modules import EVATransformerDecoder, EVATransformerEncoder, add_translation_args
-from ..modules.options import DECODER, ENCODER, common_defaults, decoder_defaults
-from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
+from ..modules import AttentionTransformerDecoder, AttentionTransformerEncoder, add_translation_args
+from ..modules.architecture_defaults import eva_decoder_defaults, eva_defaults
+from ..modules.plan import building
+from ..modules.roles import DECODER, ENCODER
+from .build import prepare_args
+from .kernel_checks import PinnedKernelTrains
+from .precision import HalfNeedsCUDA
 
 
 @register_model("transformer_eva")
@@ -39,16 +43,17 @@ class TransformerEVAModel(HalfNeedsCUDA, PinnedKernelTrains, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_architecture, task)
-        return super().build_model(args, task)
+        args, plans = prepare_args(cls, args, base_architecture, task)
+        with building(plans):
+            return super().build_model(args, task)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return EVATransformerEncoder(args, src_dict, embed_tokens)
+        return AttentionTransformerEncoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return EVATransformerDecoder(
+        return AttentionTransformerDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=safe_getattr(args, "no_cross_attention", False)
         )
 
@@ -57,8 +62,8 @@ def eva_translation_defaults(args, window_size=16, overlap=True, num_chunks=8, c
                              decoder_window_size=16, decoder_chunk_size=4, decoder_overlap=False):
     args.encoder_attention = safe_getattr(args, "encoder_attention", "eva")
     args.decoder_attention = safe_getattr(args, "decoder_attention", "softmax")
-    common_defaults(args, window_size, overlap, num_chunks, chunk_size)
-    decoder_defaults(args, decoder_window_size, decoder_chunk_size, decoder_overlap)
+    eva_defaults(args, window_size, overlap, num_chunks, chunk_size)
+    eva_decoder_defaults(args, decoder_window_size, decoder_chunk_size, decoder_overlap)
 
 
 @register_model_architecture("transformer_eva", "transformer_eva")

@@ -25,9 +25,13 @@ from fairseq.models.transformer_lm import (
 from fairseq.modules import AdaptiveInput, CharacterTokenEmbedder
 from fairseq.utils import safe_getattr
 
-from ..modules import EVALanguageModelDecoder, add_lm_args
-from ..modules.options import LM, common_defaults
-from ._util import HalfNeedsCUDA, PinnedKernelTrains, prepare_args
+from ..modules import AttentionLanguageModelDecoder, add_lm_args
+from ..modules.architecture_defaults import eva_defaults
+from ..modules.plan import building
+from ..modules.roles import LM
+from .build import prepare_args
+from .kernel_checks import PinnedKernelTrains
+from .precision import HalfNeedsCUDA
 
 
 @register_model("transformer_lm_eva")
@@ -52,7 +56,7 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, Transformer
 
     @classmethod
     def build_model(cls, args, task):
-        args = prepare_args(cls, args, base_lm_eva_architecture, task)
+        args, plans = prepare_args(cls, args, base_lm_eva_architecture, task)
 
         # fairseq's TransformerLanguageModel.build_model, with the EVA decoder
         if args.decoder_layers_to_keep:
@@ -87,13 +91,14 @@ class TransformerLanguageModelEVA(HalfNeedsCUDA, PinnedKernelTrains, Transformer
                 args.adaptive_softmax_cutoff, args.adaptive_input_cutoff
             )
             assert args.decoder_input_dim == args.decoder_output_dim
-        decoder = EVALanguageModelDecoder(args, task.target_dictionary, embed_tokens, no_encoder_attn=True)
+        with building(plans):
+            decoder = AttentionLanguageModelDecoder(args, task.target_dictionary, embed_tokens, no_encoder_attn=True)
         return cls(decoder)
 
 
 def eva_lm_defaults(args, window_size=128, chunk_size=8, overlap=False):
     args.decoder_attention = safe_getattr(args, "decoder_attention", "eva")
-    common_defaults(args, window_size, overlap, 0, chunk_size)
+    eva_defaults(args, window_size, overlap, 0, chunk_size)
 
 
 @register_model_architecture("transformer_lm_eva", "transformer_lm_eva")

@@ -1,16 +1,18 @@
-"""fairseq-facing modules: the MultiheadAttention adapter, EVA layers, encoder and decoders, options."""
+"""fairseq-facing modules: the MultiheadAttention adapter, the transformer layers, encoder and decoders that host
+any mechanism of the registry, and the attention options (flags, plans, checks, record)."""
 
-from .options import (
-    EVAOptionError,
-    EVAOptions,
-    add_lm_args,
-    add_masked_lm_args,
-    add_translation_args,
-    eva_bool,
-    validate_eva_args,
-)
+from ..errors import AttentionOptionError
+from ..errors import AttentionOptionError as EVAOptionError
+from .flags import add_lm_args, add_masked_lm_args, add_translation_args, parse_bool
+from .flags import parse_bool as eva_bool
+from .plan import AttentionPlan
 from .self_attention import EVAMultiheadAttention, multihead
 from .transformer_layers import (
+    AttentionDecoderLayer,
+    AttentionEncoderLayer,
+    AttentionLanguageModelDecoder,
+    AttentionTransformerDecoder,
+    AttentionTransformerEncoder,
     EVALanguageModelDecoder,
     EVATransformerDecoder,
     EVATransformerDecoderLayer,
@@ -19,11 +21,16 @@ from .transformer_layers import (
 )
 
 __all__ = [
+    "AttentionDecoderLayer",
+    "AttentionEncoderLayer",
+    "AttentionLanguageModelDecoder",
+    "AttentionOptionError",
+    "AttentionPlan",
+    "AttentionTransformerDecoder",
+    "AttentionTransformerEncoder",
     "EVALanguageModelDecoder",
     "EVAMultiheadAttention",
-    "multihead",
     "EVAOptionError",
-    "EVAOptions",
     "EVATransformerDecoder",
     "EVATransformerDecoderLayer",
     "EVATransformerEncoder",
@@ -32,5 +39,6 @@ __all__ = [
     "add_masked_lm_args",
     "add_translation_args",
     "eva_bool",
-    "validate_eva_args",
+    "multihead",
+    "parse_bool",
 ]

@@ -1,8 +1,8 @@
-"""fairseq's transformer layers, encoder and decoder with EVA (or another registered) self-attention.
+"""fairseq's transformer layers, encoder and decoder with any self-attention of the registry.
 
 Only `build_self_attention` (layers) and `build_*_layer` (encoder, decoder) change; everything else is
-fairseq's own. Which self-attention a layer gets is read from --encoder-attention / --decoder-attention
-(the names of fairseq_eva.attention.registry); with `softmax` the layer is exactly fairseq's (same
+fairseq's own. Which self-attention a layer gets is its role's plan (plan.py: --encoder-attention /
+--decoder-attention and the chosen mechanism's options); with `softmax` the layer is exactly fairseq's (same
 parameters, same names).
 """
 
@@ -13,21 +13,21 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from ..attention import registry
-from .options import DECODER, ENCODER, EVA_LAYER, LM, EVAOptions, attention_kind, check_batch_memory, mechanism_options
-from .self_attention import EVAMultiheadAttention, multihead
+from .memory import check_batch
+from .plan import plan_for
+from .roles import DECODER, ENCODER, LM
+from .self_attention import multihead
 
 
-def build_attention(kind, embed_dim, num_heads, cfg, role):
-    """The self-attention `kind` of `role` (its options were checked by validate_eva_args when the model was
-    built): EVA's layer from the --eva-* options, another mechanism from its own."""
-    if kind in EVA_LAYER:
-        return EVAMultiheadAttention(embed_dim, num_heads, **EVAOptions.from_args(cfg, role, chunks=kind == "eva").kwargs())
-    mechanism = registry.get(kind)
-    options = {**mechanism.defaults(), **mechanism_options(cfg, kind), **dict(mechanism.fixed)}
-    layer = multihead(mechanism.module_class())(embed_dim, num_heads, causal=role != ENCODER,
-                                                dropout=cfg.attention_dropout, **options)
-    layer.batch_check = functools.partial(check_batch_memory, kind, options, num_heads=num_heads)
+def build_attention(plan, embed_dim, num_heads, dropout):
+    """The self-attention module of `plan` (checked when the model was built), with fairseq's calling convention;
+    each batch is checked against the machine's memory before the layer runs on it."""
+    mechanism = plan.mechanism
+    layer = multihead(mechanism.module_class())(embed_dim, num_heads, causal=plan.causal, dropout=dropout,
+                                                **plan.kwargs())
+    layer.attention_plan = plan
+    if mechanism.memory is not None:
+        layer.batch_check = functools.partial(check_batch, plan, num_heads=num_heads)
     return layer
 
 
@@ -40,17 +40,17 @@ def _wrap(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
-class EVATransformerEncoderLayer(TransformerEncoderLayerBase):
+class AttentionEncoderLayer(TransformerEncoderLayerBase):
     """Encoder layer whose self-attention is --encoder-attention's (bidirectional EVA by default)."""
 
     def build_self_attention(self, embed_dim, cfg):
-        kind = attention_kind(cfg, "encoder_attention")
-        if kind != "softmax":
-            return build_attention(kind, embed_dim, cfg.encoder.attention_heads, cfg, ENCODER)
+        plan = plan_for(cfg, ENCODER)
+        if plan.kind != "softmax":
+            return build_attention(plan, embed_dim, cfg.encoder.attention_heads, cfg.attention_dropout)
         return super().build_self_attention(embed_dim, cfg)
 
 
-class EVATransformerDecoderLayer(TransformerDecoderLayerBase):
+class AttentionDecoderLayer(TransformerDecoderLayerBase):
     """Decoder layer whose self-attention is --decoder-attention's (causal EVA with `eva`).
 
     `eva_role` says which options configure it: the translation decoder's (--eva-decoder-*) or the
@@ -62,34 +62,41 @@ class EVATransformerDecoderLayer(TransformerDecoderLayerBase):
         super().__init__(cfg, no_encoder_attn=no_encoder_attn, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        kind = attention_kind(cfg, "decoder_attention")
-        if kind != "softmax":
+        plan = plan_for(cfg, self.eva_role)
+        if plan.kind != "softmax":
             if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
-                raise ValueError(f"--decoder-attention {kind} supports neither bias_kv, zero_attn nor --cross-self-attention")
-            return build_attention(kind, embed_dim, cfg.decoder.attention_heads, cfg, self.eva_role)
+                raise ValueError(f"--decoder-attention {plan.kind} supports neither bias_kv, zero_attn nor "
+                                 "--cross-self-attention")
+            return build_attention(plan, embed_dim, cfg.decoder.attention_heads, cfg.attention_dropout)
         return super().build_self_attention(embed_dim, cfg, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
 
 
-class EVATransformerEncoder(TransformerEncoder):
-    """fairseq's TransformerEncoder built of EVATransformerEncoderLayer."""
+class AttentionTransformerEncoder(TransformerEncoder):
+    """fairseq's TransformerEncoder built of AttentionEncoderLayer."""
 
     def build_encoder_layer(self, args):
         cfg = TransformerConfig.from_namespace(args)
-        return _wrap(EVATransformerEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+        return _wrap(AttentionEncoderLayer(cfg, return_fc=self.return_fc), cfg)
 
 
-class EVATransformerDecoder(TransformerDecoder):
-    """fairseq's TransformerDecoder built of EVATransformerDecoderLayer."""
+class AttentionTransformerDecoder(TransformerDecoder):
+    """fairseq's TransformerDecoder built of AttentionDecoderLayer."""
 
     eva_role = DECODER
 
     def build_decoder_layer(self, args, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(args)
-        layer = EVATransformerDecoderLayer(cfg, no_encoder_attn, eva_role=self.eva_role)
+        layer = AttentionDecoderLayer(cfg, no_encoder_attn, eva_role=self.eva_role)
         return _wrap(layer, cfg)
 
 
-class EVALanguageModelDecoder(EVATransformerDecoder):
-    """The language model's decoder: causal EVA configured by the common --eva-* options."""
+class AttentionLanguageModelDecoder(AttentionTransformerDecoder):
+    """The language model's decoder: its self-attention configured by the common options (no --eva-decoder-*)."""
 
     eva_role = LM
+
+
+# their earlier names
+EVATransformerEncoderLayer, EVATransformerDecoderLayer = AttentionEncoderLayer, AttentionDecoderLayer
+EVATransformerEncoder, EVATransformerDecoder = AttentionTransformerEncoder, AttentionTransformerDecoder
+EVALanguageModelDecoder = AttentionLanguageModelDecoder

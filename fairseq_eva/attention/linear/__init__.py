@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..base import ProjectedAttention, key_mask
-from ..mechanism import BIDIRECTIONAL, CAUSAL, Mechanism, Option
+from ..mechanism import BIDIRECTIONAL, CAUSAL, Mechanism, Memory, Option
 from . import forms
 from .feature_maps import EluPlusOne, FavorPlus, RandomFourier, TrainedReLU
 
@@ -172,18 +172,23 @@ MECHANISMS = (
          Option("num_features", int, 256, "number m of random features per head (EVA paper: 256 for the masked LM, "
                 "128 for WMT14)")),
         performer_cost,
-        "Performer (FAVOR+): linear attention with random features, fresh in training, fixed at evaluation"),
+        "Performer (FAVOR+): linear attention with random features, fresh in training, fixed at evaluation",
+        title="Performer", knob="num_features",
+        memory=Memory(("num_features",), lambda B, N, H, d, o: 2 * B * H * N * o["num_features"], 4)),  # phi(q), phi(k)
     Mechanism(
         "rfa", ".linear:RFAAttention", _BOTH,
         (Option("num_features", int, 64, "number D_rf of random frequencies per head (2 D_rf features); the EVA "
                 "paper does not give it"),
          Option("gate", bool, False, "gated recurrence with a learned per-head forget gate (causal only)")),
-        rfa_cost, "RFA: linear attention with random Fourier features and a learned scale, optionally gated"),
+        rfa_cost, "RFA: linear attention with random Fourier features and a learned scale, optionally gated",
+        title="RFA", knob="num_features",
+        memory=Memory(("num_features",), lambda B, N, H, d, o: 4 * B * H * N * o["num_features"], 2)),  # sin, cos
     Mechanism(
-        "elu", ".linear:ELUAttention", _BOTH, (), elu_cost, "linear attention with elu(x) + 1 features"),
+        "elu", ".linear:ELUAttention", _BOTH, (), elu_cost, "linear attention with elu(x) + 1 features", title="ELU"),
     Mechanism(
         "t2r", ".linear:T2RAttention", _BOTH,
         (Option("num_features", int, 32, "feature size k of the trained ReLU map per head (32 matches the "
                 "parameter count of the EVA paper's T2R row)"),),
-        t2r_cost, "T2R: linear attention with a trained ReLU feature map"),
+        t2r_cost, "T2R: linear attention with a trained ReLU feature map", title="T2R", knob="num_features",
+        memory=Memory(("num_features",), lambda B, N, H, d, o: 2 * B * H * N * o["num_features"], 2)),
 )
