@@ -869,3 +869,20 @@ def test_place_table_needs_the_bias_inside_a_window():
             EVAAttention(16, 2, rpe_type="table", **options)
     with pytest.raises(ValueError, match="rpe_type must be one of buckets, table; got 'offsets'"):
         EVAAttention(16, 2, window_size=4, rpe_type="offsets")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_chunks_and_a_window_beyond_the_sequence_cost_what_the_sequence_does(side):
+    """C beyond N: the chunks past the sequence hold no token and are not laid out (C = 10^6 over 11 tokens runs as
+    C = 11 does); a window beyond N is laid out over the sequence, with the same local sets (bidirectional, with and
+    without overlap; causal with chunks, which none of its one block sees). Same output, with the bias."""
+    x, mask = inputs(3, 11), real_mask([11, 7, 4], 11, side)
+    for huge, small in (
+        (dict(num_chunks=10**6), dict(num_chunks=11)),
+        (dict(window_size=10**6, num_chunks=3), dict(window_size=12, num_chunks=3)),
+        (dict(window_size=10**6, overlap=True, num_chunks=3), dict(window_size=12, overlap=True, num_chunks=3)),
+        (dict(causal=True, window_size=4 * 10**5, chunk_size=4), dict(causal=True, window_size=12, chunk_size=4)),
+    ):
+        options = dict(window_size=4, use_rpe=True)
+        big, ok = make(**{**options, **huge}), make(**{**options, **small})
+        torch.testing.assert_close(big(x, None if big.causal else mask), ok(x, None if ok.causal else mask), **TOL)

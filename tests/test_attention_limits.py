@@ -46,6 +46,10 @@ def runs(tmp_path_factory):
         "chunks_with_local": (*mt_train, "--encoder-attention", "local", "--eva-num-chunks", 8, "--save-dir",
                               save / "refused"),
         "bf16": (*lm_train, "--bf16", "--save-dir", save / "refused"),
+        "reformer_buckets": (*mt_train, "--encoder-attention", "reformer", "--reformer-num-buckets", 200000,
+                             "--save-dir", save / "refused"),
+        "eva_beyond_the_sentences": (*mt_train, "--eva-num-chunks", 20000, "--eva-window-size", 100000, "--save-dir",
+                                     save / "eva_long"),
     }
     return {"save": save, **run_jobs(jobs, cwd=save)}
 
@@ -73,6 +77,20 @@ def test_counts_beyond_the_machines_memory_are_refused_with_the_estimate(runs):
     line = last_line(runs["t2r_parameters"])
     assert re.fullmatch(r"fairseq-train: error: t2r attention with --t2r-num-features 10000000000 needs [\d,.]+ GiB for "
                         r"the parameters of its 2 layers alone, more than this machine's [\d,.]+ GiB", line), line
+
+
+def test_a_hash_with_more_buckets_than_memory_is_refused_before_its_batch(runs):
+    line = last_line(runs["reformer_buckets"])
+    assert re.fullmatch(r"fairseq-train: error: --reformer-num-buckets 200000 needs at least [\d,.]+ GiB for one "
+                        r"reformer layer on a batch of \d+ x \d+ tokens, more than this machine's [\d,.]+ GiB: give a "
+                        r"smaller --reformer-num-buckets \(or fewer tokens a batch\)", line), line
+
+
+def test_evas_chunks_and_window_beyond_the_sentences_cost_what_the_sentences_do(runs):
+    """C = 20,000 chunks and a window of 100,000 over sentences of a few dozen tokens: the chunks beyond the
+    sentence hold no token and the window is laid out over the sentence, so it trains as C = N would."""
+    status, log = runs["eva_beyond_the_sentences"]
+    assert status == 0, log[-3000:]
 
 
 def test_an_option_that_no_self_attention_uses_is_refused(runs):

@@ -39,7 +39,13 @@ class ProjectedAttention(nn.Module):
         for name in projections:
             setattr(self, f"{name}_proj", nn.Linear(embed_dim, embed_dim, bias=bias))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.build_before_reset()
         self.reset_projections()
+
+    def build_before_reset(self):
+        """A mechanism's own modules that are drawn between the projections' construction and their initialisation
+        (EVA's summaries and bias, whose draws keep that place so that a seed gives the models it gave before);
+        the others build theirs after __init__."""
 
     def reset_projections(self):
         # as fairseq's MultiheadAttention

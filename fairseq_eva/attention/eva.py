@@ -17,13 +17,13 @@ Tensors are B x H x N x d views of the projections' B x N x (H d) memory ("token
 
 import functools
 import math
-from typing import Dict, Optional
+from typing import Dict
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from .base import padding_order
+from .base import ProjectedAttention, padding_order  # noqa: F401  (importable from here too)
 from .chunks import PROPOSAL_MEANS, PROPOSALS, ChunkSummaries, chunk_segments
 from .kernels import KERNELS, choose
 from .layout import BlockLayout, additive_mask, visible_causal_chunks
@@ -106,7 +106,7 @@ def check_options(
         check_rpe(rpe_num_buckets, rpe_max_distance, not causal, name)
 
 
-class EVAAttention(nn.Module):
+class EVAAttention(ProjectedAttention):
     """Multi-head EVA self-attention with fairseq-style q/k/v/out projections.
 
     Bidirectional (causal=False): blocks of `window_size` (with `overlap`, plus window_size/2 on each
@@ -150,51 +150,36 @@ class EVAAttention(nn.Module):
         proposal_mean="sum",
         rpe_type="buckets",
     ):
-        super().__init__()
         check_options(
             embed_dim, num_heads, causal=causal, window_size=window_size, overlap=overlap, num_chunks=num_chunks,
             chunk_size=chunk_size, proposal=proposal, use_rpe=use_rpe, rpe_num_buckets=rpe_num_buckets,
             rpe_max_distance=rpe_max_distance, dropout=dropout, kernel=kernel, omega_noise=omega_noise,
             chunk_logit_offset=chunk_logit_offset, compile=compile, proposal_mean=proposal_mean, rpe_type=rpe_type,
         )
-        self.kernel = kernel
-        self.compile = compile
-        self.embed_dim = embed_dim
-        self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
-        self.scale = self.head_dim**-0.5
-        self.causal = causal
-        self.window_size = window_size
-        self.overlap = bool(overlap)
-        self.num_chunks = num_chunks
-        self.chunk_size = chunk_size
+        # the settings the contract's __init__ needs in build_before_reset (plain values may precede Module.__init__)
+        self.kernel, self.compile = kernel, compile
+        self.window_size, self.overlap = window_size, bool(overlap)
+        self.num_chunks, self.chunk_size = num_chunks, chunk_size
+        self._summaries = (proposal, omega_noise, proposal_mean) if num_chunks or chunk_size else None
+        self._bias = (rpe_type, rpe_num_buckets, rpe_max_distance, -chunk_logit_offset) if use_rpe and window_size > 0 \
+            else None
         # q, k, v are three Linears, as in fairseq's MultiheadAttention, and `project` multiplies by their
         # concatenation on CUDA: one product instead of three. A single fused parameter would change the optimizer
         # state of a run saved before (a size error on resume in float32; under --fp16 the Adam moments of fairseq's
         # flat float32 buffer would land permuted).
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.chunks = None
-        if num_chunks or chunk_size:
-            self.chunks = ChunkSummaries(self.head_dim, proposal, omega_noise, proposal_mean)
-        self.rpe = None
-        if use_rpe and window_size > 0 and rpe_type == "table":
-            self.rpe = PlaceBias(num_heads, window_size, self._layout().width, shift=-chunk_logit_offset)
-        elif use_rpe and window_size > 0:
-            self.rpe = RelativePositionBias(num_heads, not causal, rpe_num_buckets, rpe_max_distance,
-                                            shift=-chunk_logit_offset)
-        self.dropout = nn.Dropout(dropout)
-        self.reset_parameters()
+        super().__init__(embed_dim, num_heads, causal=causal, dropout=dropout, bias=bias)
 
-    def reset_parameters(self):
-        # as fairseq's MultiheadAttention
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        if self.out_proj.bias is not None:
-            nn.init.zeros_(self.out_proj.bias)
+    def build_before_reset(self):
+        """The chunk summaries' proposal and the relative position bias."""
+        self.chunks = None if self._summaries is None else ChunkSummaries(self.head_dim, *self._summaries)
+        self.rpe = None
+        if self._bias is not None:
+            rpe_type, num_buckets, max_distance, shift = self._bias
+            if rpe_type == "table":
+                self.rpe = PlaceBias(self.num_heads, self.window_size, self._layout().width, shift=shift)
+            else:
+                self.rpe = RelativePositionBias(self.num_heads, not self.causal, num_buckets, max_distance, shift=shift)
+        del self._summaries, self._bias
 
     def project(self, x):
         """q, k, v (each B x H x N x d) of x (B x N x embed_dim). On CUDA views of one B x N x 3 x H x d product (one
@@ -205,7 +190,7 @@ class EVAAttention(nn.Module):
         B, N, _ = x.shape
         projections = (self.q_proj, self.k_proj, self.v_proj)
         if not (x.is_cuda or self.kernel == "triton"):  # (a pinned Triton kernel: its path, also under the interpreter)
-            return tuple(self._split_heads(p(x)) for p in projections)
+            return tuple(self.split_heads(p(x)) for p in projections)
         weight = torch.cat([p.weight for p in projections])
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
         qkv = F.linear(x, weight, bias).view(B, N, 3, self.num_heads, self.head_dim)
@@ -241,28 +226,10 @@ class EVAAttention(nn.Module):
 
     # ---------------------------------------------------------------- full forward
 
-    def forward(self, x: Tensor, key_padding_mask: Optional[Tensor] = None, cache: Optional[Cache] = None):
-        """x: B x N x embed_dim; key_padding_mask: B x N, True at pads; cache: incremental decoding state.
-
-        Pads may be anywhere (fairseq left-pads sources): each sequence is laid out from its own first
-        real token, so its output does not depend on the batch it is in. Pad positions return zeros
-        before the output projection.
-        """
-        if cache is not None:
-            return self._decode(x, key_padding_mask, cache)
-        B, N, _ = x.shape
-        lengths = order = None
-        if key_padding_mask is not None:  # taken as it is, pads or none: asking would wait for the device
-            if key_padding_mask.shape != (B, N):
-                raise ValueError(f"key_padding_mask must be B x N = {(B, N)}, got {tuple(key_padding_mask.shape)}")
-            order, lengths, is_pad = padding_order(key_padding_mask)
-            x = x.gather(1, order.unsqueeze(-1).expand_as(x))
-        q, k, v = self.project(x)
-        y = self._attention(q)(q, k, v, lengths).transpose(1, 2).reshape(B, N, self.embed_dim)
-        if lengths is not None:
-            y = y.masked_fill(is_pad, 0)
-            y = torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand_as(y), y)
-        return self.out_proj(y)
+    def attend(self, x, q, k, v, lengths):
+        """The whole sequence, each row's real tokens first (the contract's forward lays them out: each sequence from
+        its own first real token, so that its output does not depend on the batch it is in)."""
+        return self._attention(q)(q, k, v, lengths)
 
     def attention(self, q, k, v, lengths=None):
         """The layer without its projections: q, k, v and the output are B x H x N x d; lengths (B) are
@@ -279,10 +246,6 @@ class EVAAttention(nn.Module):
         choose(self.kernel, q, needs_grad=grad, dropout=self._dropout_p(), bias_grad=rpe_grad,
                bias_grid=isinstance(self.rpe, PlaceBias), compiling=True)
         return functools.partial(compiled_attention(self.compile), self)
-
-    def _split_heads(self, x):
-        B, N, _ = x.shape
-        return x.view(B, N, self.num_heads, self.head_dim).transpose(1, 2)  # B x H x N x d, token-major memory
 
     def _dropout_p(self):
         return self.dropout.p if self.training else 0.0
@@ -352,24 +315,14 @@ class EVAAttention(nn.Module):
 
     # ---------------------------------------------------------------- incremental decoding
 
-    def _decode(self, x, key_padding_mask, cache: Cache):
-        if not self.causal:
-            raise ValueError("incremental decoding (a cache) needs causal EVA (causal=True)")
-        if key_padding_mask is not None and key_padding_mask.any():
-            raise ValueError("pads among incrementally decoded tokens are not supported: decode each sequence's real tokens")
-        steps = [self._step(x[:, t : t + 1], cache) for t in range(x.size(1))]
-        return self.out_proj(torch.cat(steps, dim=1))
-
-    def _step(self, x, cache: Cache):
-        """One token. The cache holds the current block's q, k, v, the previous block's k, v (overlap),
-        and k~, beta of every completed chunk: O(w + N / s), not O(N).
+    def step(self, x, q, k, v, cache: Cache):
+        """One token (q, k, v: B x H x 1 x d). The cache holds the current block's q, k, v, the previous block's k, v
+        (overlap), and k~, beta of every completed chunk: O(w + N / s), not O(N).
 
         The step calls SDPA itself rather than a kernel of the contract: a kernel computes whole blocks of w
         queries, so one query would cost w of them, and every key the query sees (its local keys, the summaries)
         is already gathered here, which one SDPA call over them needs and nothing more."""
-        B = x.size(0)
         w, s = self.window_size, self.chunk_size
-        q, k, v = self.project(x)
         k_block = torch.cat([cache["k_block"], k], dim=2) if "k_block" in cache else k
         v_block = torch.cat([cache["v_block"], v], dim=2) if "v_block" in cache else v
         i = k_block.size(2) - 1  # position of this token in its block
@@ -402,14 +355,7 @@ class EVAAttention(nn.Module):
                 cache["k_prev"], cache["v_prev"] = k_block, v_block
             for name in ("q_block", "k_block", "v_block"):
                 cache.pop(name, None)
-        return out.transpose(1, 2).reshape(B, 1, self.embed_dim)
-
-    @staticmethod
-    def reorder_cache(cache: Cache, new_order: Tensor):
-        """Select the batch rows of the cache (beam search)."""
-        for name, value in cache.items():
-            cache[name] = value.index_select(0, new_order)
-        return cache
+        return out
 
 
 def eva_cost(N, embed_dim, num_heads, causal=False, window_size=16, overlap=False, num_chunks=0, chunk_size=0, **_):

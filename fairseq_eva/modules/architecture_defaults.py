@@ -1,14 +1,16 @@
-"""What an architecture sets of EVA: the paper's window and chunks of its model, one value each (every other option
-takes its mechanism's declared default). As fairseq's architecture functions do, a value given is kept."""
+"""What an architecture sets of EVA: the paper's window, chunks and relative position bias of its model, one value
+each (every other option takes its mechanism's declared default). As fairseq's architecture functions do, a value
+given is kept."""
 
 from fairseq.utils import safe_getattr
 
 
-def eva_defaults(args, window_size, overlap, num_chunks, chunk_size):
-    """The window and chunks that the command line left unset. A non-zero chunk size given on the command line turns
+def eva_defaults(args, window_size, overlap, num_chunks, chunk_size, rpe=True):
+    """The window, chunks and bias that the command line left unset. A non-zero chunk size given on the command line turns
     the architecture's default number of chunks off (and the other way round), since only one of the two may be set."""
     args.eva_window_size = safe_getattr(args, "eva_window_size", window_size)
     args.eva_overlap = safe_getattr(args, "eva_overlap", overlap)
+    args.eva_rpe = safe_getattr(args, "eva_rpe", rpe)
     user_chunks = safe_getattr(args, "eva_num_chunks", None)
     user_size = safe_getattr(args, "eva_chunk_size", None)
     if user_chunks is None:

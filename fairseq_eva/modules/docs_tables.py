@@ -28,7 +28,7 @@ def eva_option_table():
     mechanism_table)."""
     arch = "per architecture"
     set_by_architecture = argparse.Namespace()
-    eva_defaults(set_by_architecture, arch, arch, arch, arch)
+    eva_defaults(set_by_architecture, arch, arch, arch, arch, arch)
     eva_decoder_defaults(set_by_architecture, arch, arch, arch)
     declared = {f"eva_{o.flag or o.name}": o.default for o in registry.get("eva").options}
     lines = ["| option | default | meaning |", "|---|---|---|",
