@@ -28,7 +28,7 @@ from unittest import mock
 import torch
 from omegaconf import OmegaConf
 
-from benchmarks import common
+from benchmarks import common, paper
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(REPO, "configs")
@@ -40,33 +40,9 @@ DICTIONARIES = {"wmt14": (32768, ("dict.en.txt", "dict.de.txt"), 4),
                 "wikitext103": (267744, ("dict.txt",), 4),
                 "mlm": (50265, ("dict.txt",), 5)}
 
-MT, LM, MLM = "the EVA paper's WMT14 En-De table", "the EVA paper's Wikitext-103 table", \
-    "the EVA paper's masked-LM table"
-# config (or config plus overrides) -> (the paper's #Params in M, its FLOPs in G or None, where they come from)
-PAPER = {
-    "wmt14_en_de_softmax": (60.92, None, MT),
-    "wmt14_en_de_performer128": (60.92, None, MT + " (the row is quoted from the LARA paper)"),
-    **{f"wmt14_en_de_eva{e}": (60.96, None, MT) for e in (16, 32, 64)},
-    **{f"wmt14_en_de_lara{c}": (60.96, None, MT + " (the rows are quoted from the LARA paper)") for c in (16, 32, 64)},
-    "wikitext103_softmax_16l": (247, None, LM),
-    "wikitext103_eva_16l": (247, None, LM),
-    "wikitext103_softmax_32l": (449, None, LM),
-    "wikitext103_eva_32l": (450, None, LM),
-    # the table quotes ELU, RFA and T2R (from Kasai et al. 2021) at 32 layers: their 16-layer configs at 32
-    **{f"wikitext103_{m}_16l +model.decoder_layers=32": (p, None, LM + " (quoted from Kasai et al. 2021)")
-       for m, p in (("elu", 449), ("rfa", 449), ("t2r", 450))},
-    "mlm_softmax_2048": (126, 252, MLM),
-    "mlm_performer_2048": (126, 213, MLM),
-    "mlm_linformer_2048": (129, 193, MLM),
-    "mlm_lara_2048": (126, 194, MLM),
-    "mlm_reformer_2048": (126, 205, MLM),
-    "mlm_local_2048": (136, 183, MLM),
-    "mlm_combiner_2048": (136, 187, MLM),
-    "mlm_long_short_2048": (142, 218, MLM),
-    "mlm_eva_2048": (136, 184, MLM),
-    "mlm_eva_4096": (None, 387, MLM + " (EVA-4096; its #Params is not in the sources read here)"),
-    "mlm_softmax_4096": (None, None, MLM + " (its softmax row is at 2048)"),
-}
+# config (or config plus overrides) -> (the paper's #Params in M, its FLOPs in G or None, where they come from),
+# from benchmarks/paper.json
+PAPER = paper.sizes()
 
 
 def rows():

@@ -1,9 +1,8 @@
 """Every attention mechanism of the registry, one layer's forward + backward against N: time and peak memory,
 at the paper's masked-LM settings and at equal cost, beside EVA and softmax in the same run.
 
-Settings (PAPER): the masked-LM table's (EVA |E| = 256, C = 128; local 256; Linformer 256; Reformer 4 hashes,
-chunks of 64; Performer 256 ReLU features; LARA 256 landmarks; Combiner span 256; Transformer-LS window 256,
-128 landmarks); RoBERTa-base's width (768, 12 heads). "Equal cost" sets each mechanism's knob (KNOBS) so that
+Settings (PAPER): the masked-LM table's (benchmarks/paper.json), without the relative position bias of EVA's and
+local attention's layer; RoBERTa-base's width (768, 12 heads). "Equal cost" sets each mechanism's knob (KNOBS) so that
 its multiply-adds per token (the registry's cost formulas, docs/usage.md) come closest to EVA's at that N; a
 mechanism without a knob (ELU) keeps its only setting. Time and memory go through benchmarks/common.py
 (interleaved medians; exact peak of live CPU bytes). Exact softmax is measured up to --softmax-max-len.
@@ -17,27 +16,16 @@ import sys
 
 import torch
 
-from benchmarks import common
+from benchmarks import common, paper
 from benchmarks.speed import layer_call
 from fairseq_eva.attention import registry
 
 D_MODEL, HEADS = 768, 12
-EVA = dict(window_size=256, num_chunks=128, use_rpe=False)
-# the masked-LM table's settings (the EVA paper's appendix); options the registry's defaults do not already give
-PAPER = {
-    "eva": EVA,
-    "softmax": {},
-    "local": dict(window_size=256, use_rpe=False),
-    "performer": dict(kernel="relu", num_features=256),
-    "lara": dict(num_landmarks=256),
-    "linformer": dict(projected_dim=256),
-    "reformer": dict(num_hashes=4, chunk_size=64),
-    "combiner": dict(span=256),
-    "long_short": dict(window_size=256, num_landmarks=128),
-    "elu": {},
-    "rfa": {},
-    "t2r": {},
-}
+# the masked-LM table's settings (benchmarks/paper.json) of each mechanism it has, without the relative position
+# bias of EVA's and local attention's layer
+PAPER = {row[:-len("_2048")]: {**paper.settings("mlm", row), **({"use_rpe": False} if row.startswith(("eva", "local")) else {})}
+         for row in paper.rows("mlm") if row.endswith("_2048")}
+EVA = PAPER["eva"]
 # the option that sets each mechanism's cost (its declaration's knob)
 KNOBS = {name: mechanism.knob for name, mechanism in registry.MECHANISMS.items() if mechanism.knob}
 

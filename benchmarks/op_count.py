@@ -3,7 +3,7 @@
 On a GPU each operation costs the host a few microseconds to dispatch, and most launch a kernel. A layer whose
 kernels are fast is bound by that count (docs/results.md, "How fast on a GPU?": bidirectional EVA
 costs about 5 ms a call at every length). The count needs no GPU, so changes that cut it are measured here:
-every layer of the GPU check's speed tables (benchmarks/gpu_check.py, LAYERS) with the kernel CUDA runs
+every layer of the GPU check's speed tables (benchmarks/gpu_check/layers.py, LAYERS) with the kernel CUDA runs
 (`--kernel triton`, under Triton's interpreter when there is no GPU, chunk summaries included), and the four
 projections alone.
 

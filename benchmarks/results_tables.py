@@ -18,6 +18,7 @@ import re
 import sys
 from unittest import mock
 
+from benchmarks import gpu_check, paper
 from fairseq_eva.attention import registry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -338,8 +339,8 @@ def paper_config_runs():
     return runs
 
 
-PAPER_PAIRS = [("wikitext103_eva_16l", "wikitext103_softmax_16l"), ("wmt14_en_de_eva16", "wmt14_en_de_softmax"),
-               ("mlm_eva_4096", "mlm_softmax_4096")]
+# (EVA's config, its softmax twin), as the GPU check trains them
+PAPER_PAIRS = [(eva, softmax) for eva, _, softmax in gpu_check.PAPER_CONFIGS]
 
 
 def paper_config_ratios():
@@ -362,29 +363,40 @@ def gpu_paper_configs():
     return "\n".join(lines) + "\n\n" + measured_at("triton_check")
 
 
+def quoted(table, *rows):
+    """The paper's measures of the rows (benchmarks/paper.json), as the README quotes them."""
+    return ", ".join(str(paper.measure(table, row)) for row in rows)
+
+
 # The README's configs table: the paper's numbers as the paper quotes them (not measured here), and what has been
 # run of each config; the words/s ratios come from the Triton check's paper_configs runs.
 README_CONFIGS = [
-    ("`wmt14_en_de_eva16`", "BLEU 27.2", "at the sample's scale ({mt_scale}; \\|E\\| = 4, C = 4), {mt_seeds} seeds: "
+    ("`wmt14_en_de_eva16`", f"BLEU {quoted('mt', 'eva16')}",
+     "at the sample's scale ({mt_scale}; \\|E\\| = 4, C = 4), {mt_seeds} seeds: "
      "test BLEU {mt_eva16}; 60 fp16 updates on the sample, one H200: {wmt14_en_de_eva16} softmax's words/s"),
-    ("`wmt14_en_de_eva32`", "BLEU 27.3", "at the sample's scale (\\|E\\| = 8, C = 4, as `make demo`): test BLEU {mt_eva32}"),
-    ("`wmt14_en_de_eva64`", "BLEU 27.5", "at the sample's scale (\\|E\\| = 16, C = 4): test BLEU {mt_eva64}"),
-    ("`wmt14_en_de_softmax`", "BLEU 27.5", "at the sample's scale: test BLEU {mt_softmax}; words/s on the H200"),
-    ("`wikitext103_eva_16l`", "test perplexity 19.4", "only in `make demo`, at 2 layers of 64 on the sample "
-     "([the demo's table](#quick-start)); 60 fp16 updates, one H200: {wikitext103_eva_16l} softmax's words/s"),
+    ("`wmt14_en_de_eva32`", f"BLEU {quoted('mt', 'eva32')}",
+     "at the sample's scale (\\|E\\| = 8, C = 4, as `make demo`): test BLEU {mt_eva32}"),
+    ("`wmt14_en_de_eva64`", f"BLEU {quoted('mt', 'eva64')}",
+     "at the sample's scale (\\|E\\| = 16, C = 4): test BLEU {mt_eva64}"),
+    ("`wmt14_en_de_softmax`", f"BLEU {quoted('mt', 'softmax')}",
+     "at the sample's scale: test BLEU {mt_softmax}; words/s on the H200"),
+    ("`wikitext103_eva_16l`", f"test perplexity {quoted('lm', 'eva_16l')}", "only in `make demo`, at 2 layers of 64 on "
+     "the sample ([the demo's table](#quick-start)); 60 fp16 updates, one H200: {wikitext103_eva_16l} softmax's words/s"),
     ("`wikitext103_softmax_16l`", "baseline", "words/s on the H200"),
-    ("`wikitext103_eva_32l`", "test perplexity 18.3", "not run"),
+    ("`wikitext103_eva_32l`", f"test perplexity {quoted('lm', 'eva_32l')}", "not run"),
     ("`wikitext103_softmax_32l`", "baseline", "not run"),
-    ("`mlm_eva_2048`", "validation perplexity 3.94", "not run"),
-    ("`mlm_eva_4096`", "validation perplexity 3.73", "60 fp16 updates on the sample, one H200: {mlm_eva_4096} "
-     "softmax's words/s"),
-    ("`mlm_softmax_2048`", "3.74", "not run"),
-    ("`mlm_softmax_4096`", "3.74", "words/s on the H200"),
+    ("`mlm_eva_2048`", f"validation perplexity {quoted('mlm', 'eva_2048')}", "not run"),
+    ("`mlm_eva_4096`", f"validation perplexity {quoted('mlm', 'eva_4096')}",
+     "60 fp16 updates on the sample, one H200: {mlm_eva_4096} softmax's words/s"),
+    ("`mlm_softmax_2048`", quoted("mlm", "softmax_2048"), "not run"),
+    ("`mlm_softmax_4096`", quoted("mlm", "softmax_4096"), "words/s on the H200"),
     ("`mlm_local_2048`, `mlm_performer_2048`, `mlm_linformer_2048`, `mlm_reformer_2048`, `mlm_lara_2048`, "
-     "`mlm_combiner_2048`, `mlm_long_short_2048`", "the masked-LM table's baselines (Combiner 4.12, Transformer-LS "
-     "4.01, Reformer 4.28)", "not run at size; each trains 3 updates on the sample in `make test-slow`"),
+     "`mlm_combiner_2048`, `mlm_long_short_2048`",
+     f"the masked-LM table's baselines (Combiner {quoted('mlm', 'combiner_2048')}, Transformer-LS "
+     f"{quoted('mlm', 'long_short_2048')}, Reformer {quoted('mlm', 'reformer_2048')})",
+     "not run at size; each trains 3 updates on the sample in `make test-slow`"),
     ("`wmt14_en_de_performer128`, `wmt14_en_de_lara16`, `wmt14_en_de_lara32`, `wmt14_en_de_lara64`",
-     "BLEU 23.5, 26.4, 26.8, 27.0 (from the LARA paper)",
+     f"BLEU {quoted('mt', 'performer128', 'lara16', 'lara32', 'lara64')} (from the LARA paper)",
      "at the sample's scale (32 features; 4, 8, 16 landmarks): test BLEU {mt_performer128}, {mt_lara16}, "
      "{mt_lara32}, {mt_lara64} ([the table](docs/results.md#the-translation-table-at-the-samples-scale)); not run at "
      "size"),

@@ -61,18 +61,12 @@ sys.path.insert(0, HERE)
 import demo_report  # noqa: E402  (reads eval_wmt14.sh's BLEU and eval_lm.sh's perplexities)
 import long_context  # noqa: E402  (the CPU-time clock, child processes and their clean stop)
 
-# The paper's numbers (the EVA paper's language tables); None where this repository quotes none for the row.
-# mt: test BLEU (Performer-128 and LARA from the LARA paper, as the EVA paper quotes them); lm: test perplexity
-# (the 32-layer EVA at context window 480); mlm: validation perplexity.
-PAPER = {
-    "mt": {"softmax": 27.5, "eva16": 27.2, "eva32": 27.3, "eva64": 27.5, "performer128": 23.5, "lara16": 26.4,
-           "lara32": 26.8, "lara64": 27.0},
-    "lm": {"softmax_16l": None, "eva_16l": 19.4, "elu_16l": None, "rfa_16l": None, "t2r_16l": None,
-           "softmax_32l": None, "eva_32l": 18.3},
-    "mlm": {"softmax_2048": 3.74, "eva_2048": 3.94, "local_2048": None, "performer_2048": None,
-            "linformer_2048": None, "lara_2048": None, "reformer_2048": 4.28, "combiner_2048": 4.12,
-            "long_short_2048": 4.01, "softmax_4096": 3.74, "eva_4096": 3.73},
-}
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from benchmarks import paper  # noqa: E402  (the paper's numbers)
+
+# The paper's numbers (benchmarks/paper.json): {table: {row: the table's measure, None where none is quoted}}
+PAPER = {table: paper.measures(table) for table in ("mt", "lm", "mlm")}
 METRIC = {"mt": ("test BLEU (compound-split)", True), "lm": ("test perplexity, context 480", False),
           "mlm": ("validation perplexity", False)}  # (what the table compares, higher is better)
 CONFIG = {"mt": "wmt14_en_de_{}", "lm": "wikitext103_{}", "mlm": "mlm_{}"}

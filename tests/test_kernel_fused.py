@@ -3,7 +3,7 @@ joined by log-sum-exp, with a trainable RPE and attention dropout, and the causa
 staircase mask, run here through `ReferenceOps`, which keeps the memory-efficient CUDA kernel's contract (out
 and log-sum-exp forward; a backward that takes the joint out and log-sum-exp, replays the dropout mask from a
 saved state, and returns the bias gradient) in plain PyTorch, passed to the fused kernel as its `ops`. The CUDA
-kernel itself runs in the GPU check (benchmarks/gpu_check.py) and in the CUDA-marked test below.
+kernel itself runs in the GPU check (benchmarks/gpu_check/) and in the CUDA-marked test below.
 """
 
 import pytest

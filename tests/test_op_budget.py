@@ -1,7 +1,7 @@
 """The host's share of the layer's time, counted on the CPU: the operations one forward + backward dispatches
 (benchmarks/op_count.py), and that none of them waits for the device.
 
-The layers are those of the GPU check's speed tables (benchmarks/gpu_check.py, LAYERS) at tiny sizes, with the
+The layers are those of the GPU check's speed tables (benchmarks/gpu_check/layers.py, LAYERS) at tiny sizes, with the
 Triton kernel under its interpreter (tests/conftest.py): the path a CUDA tensor takes. The counts do not depend on
 the sizes, only on the path (a length that is a multiple of the window and of the chunks, as there).
 """
