@@ -1,7 +1,8 @@
 """What a shape or an option can break is refused in one line before memory is spent, through fairseq-train:
 Linformer's positions against the model's and the task's longest input (translation at fairseq's default
 --max-source-positions too), a count whose parameters or whose memory at a batch exceed the machine's (with the
-estimate, no crash.pt), an option of a mechanism that no self-attention uses, --bf16 without a GPU; and what fits
+estimate, no crash.pt), an option of a mechanism that no self-attention uses, bf16 without a GPU (--bf16, and
+fairseq-hydra-train's common.bf16=true); and what fits
 trains (Linformer at the positions it was given, then fairseq-generate on its checkpoint; Reformer with a chunk
 longer than the sentences). All jobs run in one process."""
 
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import USER_DIR, last_line, lm_data, run_jobs, translation_data  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, last_line, lm_data, run_jobs, translation_data  # noqa: E402
 
 COMMON = ("--user-dir", USER_DIR, "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-update", 2,
           "--no-epoch-checkpoints")
@@ -46,6 +47,10 @@ def runs(tmp_path_factory):
         "chunks_with_local": (*mt_train, "--encoder-attention", "local", "--eva-num-chunks", 8, "--save-dir",
                               save / "refused"),
         "bf16": (*lm_train, "--bf16", "--save-dir", save / "refused"),
+        "bf16_hydra": ("hydra_train", "--config-dir", REPO / "tests" / "fixtures" / "hydra", "--config-name",
+                       "tiny_lm_eva", f"task.data={lm}", f"common.user_dir={USER_DIR}",
+                       f"checkpoint.save_dir={save / 'refused'}", f"hydra.run.dir={save / 'refused'}",
+                       "common.bf16=true"),
     }
     return {"save": save, **run_jobs(jobs, cwd=save)}
 
@@ -89,6 +94,9 @@ def test_an_option_that_no_self_attention_uses_is_refused(runs):
 
 def test_bf16_without_a_gpu_is_one_line(runs):
     assert last_line(runs["bf16"]) == "fairseq-train: error: bf16 needs a CUDA GPU and torch sees none: on a CPU leave out --bf16"
+    status, output = runs["bf16_hydra"]  # the same rule, in hydra's words (its message without a traceback)
+    assert status != 0 and "Traceback" not in output
+    assert "bf16 needs a CUDA GPU and torch sees none: on a CPU give common.bf16=false" in output.splitlines()
 
 
 def test_refusals_leave_nothing_behind(runs):
