@@ -59,7 +59,9 @@ def test_linformer_positions_are_checked_against_the_models_and_the_tasks_longes
     assert last_line(runs["linformer_default_positions"]) == (
         "fairseq-train: error: --linformer-max-positions (64) must be at least the model's longest input (1024 "
         "positions): linformer attention has a column of its length projections a position; give "
-        "--linformer-max-positions 1024 or more, or --max-source-positions 64 or less")
+        "--linformer-max-positions 1024 or more, or --max-source-positions 64 or less (then fairseq-train skips the "
+        "sentence pairs longer than that, and its validation and fairseq-generate stop at the first one unless given "
+        "--skip-invalid-size-inputs-valid-test, which skips them too)")
     for job in ("linformer", "linformer_generate"):
         assert runs[job][0] == 0, runs[job][1][-3000:]
     assert len(re.findall(r"^H-\d+\t", runs["linformer_generate"][1], re.M)) > 0

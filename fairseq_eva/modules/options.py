@@ -454,10 +454,16 @@ def _check_mechanism(args, role, mechanism, hydra, masked_lm=False, task=None):
         longest, (group, key) = longest_input(args, role, masked_lm, task)
         if longest > options["max_positions"]:
             option = option_name(mechanism_option(mechanism, "max_positions"), hydra)
+            skipped = ""
+            if key in ("max_source_positions", "max_target_positions") and _get(args, "tokens_per_sample") is None:
+                skip = ("dataset.skip_invalid_size_inputs_valid_test=true" if hydra else
+                        "--skip-invalid-size-inputs-valid-test")  # translation: sentence pairs longer than that
+                skipped = (" (then fairseq-train skips the sentence pairs longer than that, and its validation and "
+                           f"fairseq-generate stop at the first one unless given {skip}, which skips them too)")
             raise EVAOptionError(f"{option} ({options['max_positions']}) must be at least the model's longest input "
                                  f"({longest} positions): {mechanism} attention has a column of its length projections a "
                                  f"position; give {option} {longest} or more, or {option_of(group, key)} "
-                                 f"{options['max_positions']} or less")
+                                 f"{options['max_positions']} or less{skipped}")
     embed_dim, num_heads = _get(args, attributes["embed_dim"]), _get(args, attributes["num_heads"])
     dropout = _get(args, "attention_dropout") or 0.0
     try:
