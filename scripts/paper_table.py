@@ -498,7 +498,7 @@ def main():
         if args.dry_run:
             print(shell_line(cmd, {}))
             return
-        sys.exit(subprocess.call(cmd))
+        long_context.stopping_cleanly(lambda: sys.exit(long_context.finish(long_context.start(cmd))))
     runs = [(row, seed) for seed in args.seeds for row in args.rows]  # seed by seed: an early stop leaves whole seeds
     if args.dry_run:
         for row, seed in runs:
@@ -513,9 +513,11 @@ def main():
     if args.report:
         report(args)
         return
-    import signal
+    long_context.stopping_cleanly(lambda: train_and_report(args, runs))
 
-    signal.signal(signal.SIGTERM, long_context.stop_children)
+
+def train_and_report(args, runs):
+    """Train and evaluate the runs not done yet, then write the table (main, once the arguments are checked)."""
     tools = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "PYTHON": sys.executable,

@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -73,6 +75,8 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
     (["--table", "lm", "--rows", "eva_32l"], "--rows: eva_32l has no small counterpart at sample scale"),
     (["--table", "mt", "--", "--budget-minutes", "3"], "arguments after -- go to scripts/long_context.py"),
     (["--table", "mt", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
+    (["--table", "mt", "--seeds", "1,2,1"], "--seeds '1,2,1': seed 1 given twice"),
+    (["--table", "lm", "--seeds", "3,3"], "--seeds '3,3': seed 3 given twice"),
 ])
 def test_bad_arguments_are_refused_by_name(args, message, tmp_path):
     r = script("--work", tmp_path / "w", *args)
@@ -120,3 +124,35 @@ def test_a_full_scale_curve_is_read_from_fairseqs_log(tmp_path):
         '[2026-12-01 10:01:00,000][train][INFO] - {"epoch": 1, "train_loss": "7", "wall": "90"}\n'
         '[2026-12-01 10:01:01,000][valid][INFO] - {"epoch": 2, "valid_loss": "6.25", "valid_num_updates": "240"}\n')
     assert pt.curve_of("mt", tmp_path) == [(120, 50.0, 7.5), (240, 90.0, 6.25)]
+
+
+def test_sigterm_stops_and_reaps_the_training_once_and_exits_as_terminated(tmp_path):
+    """SIGTERM while the driver waits for a training (a script that runs its own child, as the training scripts
+    run fairseq-hydra-train): both are stopped, each waited for once, and the driver exits with 128 + 15."""
+    pid_file = tmp_path / "pid"
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import long_context as lc; "
+            f"lc.stopping_cleanly(lambda: lc.run(['bash', '-c', 'sh -c \"echo $$ > {pid_file}; exec sleep 300\"; "
+            f"true'], None, {str(tmp_path / 'log')!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        grandchild = int(pid_file.read_text())
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == "stopped by signal 15: run the same command again to resume"
+    for _ in range(100):  # the training's own child, stopped (reaped by its parent, or gone to init)
+        try:
+            state = open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {grandchild} still runs")
