@@ -48,6 +48,7 @@ a meta.json with the command, commit, date and machine), e.g. under benchmarks/r
 
 import argparse
 import concurrent.futures
+import glob
 import json
 import os
 import re
@@ -473,6 +474,9 @@ def parse_args(argv=None):
     unknown = [row for row in args.rows if row not in known]
     if unknown:
         p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(known)}")
+    twice = sorted({row for row in args.rows if args.rows.count(row) > 1})
+    if twice:
+        p.error(f"--rows: {', '.join(twice)} given twice; each row is one run a seed: give each once")
     args.seeds = long_context.seed_list(p, args.seeds)
     if sample_rows:
         alone = [row for row in args.rows if row not in sample_rows]
@@ -485,6 +489,19 @@ def parse_args(argv=None):
         p.error("--scale full needs --data, the binarised data of the table")
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
+    if args.epochs < 1:
+        p.error(f"--epochs {args.epochs}: give 1 or more (fairseq reads 0 as no limit of epochs)")
+    if args.table == "mt" and args.scale == "sample" and not args.report:
+        if args.average < 1:
+            p.error(f"--average {args.average}: give 1 or more (the last epoch checkpoints averaged)")
+        if args.epochs < args.average:
+            p.error(f"--epochs {args.epochs} is fewer than --average {args.average}, the last epoch checkpoints "
+                    f"averaged for the evaluation: give --average {args.epochs} or less, or --epochs {args.average} "
+                    "or more")
+        if args.data and not glob.glob(os.path.join(args.data, "dict.*.txt")):
+            what = "is not a folder" if not os.path.isdir(args.data) else "holds no binarised data (no dict.*.txt)"
+            p.error(f"--data {args.data} {what}: give the DEST of data_prep/prepare_wmt14_en_de.sh (fairseq-preprocess's "
+                    "--destdir), or leave --data out for the bundled sample")
     return args
 
 

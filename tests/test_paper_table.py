@@ -77,6 +77,14 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
     (["--table", "mt", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
     (["--table", "mt", "--seeds", "1,2,1"], "--seeds '1,2,1': seed 1 given twice"),
     (["--table", "lm", "--seeds", "3,3"], "--seeds '3,3': seed 3 given twice"),
+    (["--table", "mt", "--rows", "eva16,softmax,eva16"], "--rows: eva16 given twice"),
+    (["--table", "mt", "--epochs", "0"], "--epochs 0: give 1 or more (fairseq reads 0 as no limit of epochs)"),
+    (["--table", "mt", "--epochs", "-3"], "--epochs -3: give 1 or more"),
+    (["--table", "mt", "--epochs", "1"], "--epochs 1 is fewer than --average 3, the last epoch checkpoints averaged "
+                                         "for the evaluation: give --average 1 or less, or --epochs 3 or more"),
+    (["--table", "mt", "--epochs", "2", "--average", "4", "--dry-run"], "--epochs 2 is fewer than --average 4"),
+    (["--table", "mt", "--data", "no_such_folder"], "--data no_such_folder is not a folder: give the DEST of "
+                                                    "data_prep/prepare_wmt14_en_de.sh"),
 ])
 def test_bad_arguments_are_refused_by_name(args, message, tmp_path):
     r = script("--work", tmp_path / "w", *args)
