@@ -35,7 +35,9 @@ Scales (--scale):
           train_mlm.sh: fairseq's distributed options, the paper's effective batch), then the paper's
           evaluation (scripts/eval_wmt14.sh: the last 10 epoch checkpoints averaged, beam 4, length penalty
           0.6, compound-split BLEU and sacreBLEU; scripts/eval_lm.sh at context windows 0, 256 and 480;
-          scripts/eval_mlm.sh: validation perplexity). --dry-run prints every command and runs none.
+          scripts/eval_mlm.sh: validation perplexity). --dry-run prints every command and runs none. Without a
+          GPU (torch sees none, or NGPUS=0) it is refused unless given --allow-cpu: the paper's models would train
+          for weeks.
 Every run (a row and a seed) has its folder DIR/ROW-seedN; a run that has its result is skipped and one that
 stopped part way resumes from its checkpoint_last.pt, so the same command, run again, resumes. Progress goes
 to the terminal (one line a validation); the run's output to DIR/ROW-seedN/train.log and eval.log.
@@ -452,6 +454,8 @@ def parse_args(argv=None):
                    "scale (mt) it replaces the bundled sample")
     p.add_argument("--dry-run", action="store_true", help="print every command of the run and run none")
     p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished")
+    p.add_argument("--allow-cpu", action="store_true", help="full: train at full size although torch sees no GPU "
+                   "(refused without it: the paper's models would train for weeks on a CPU; NGPUS=0 counts as none)")
     p.add_argument("--record", help="also copy the runs' commands, curves and results, the table and the figure here")
     p.add_argument("--parallel", type=int, default=2, help="sample: runs trained at once, one thread each (2)")
     p.add_argument("--epochs", type=int, default=8, help="sample: epochs of each run (8, as the demo)")
@@ -505,6 +509,15 @@ def parse_args(argv=None):
     return args
 
 
+def gpus():
+    """The GPUs a full-size run would train on: $NGPUS, as the training scripts read it, else those torch sees."""
+    if os.environ.get("NGPUS"):
+        return int(os.environ["NGPUS"])
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "_train":
         return train_worker(sys.argv[2:])
@@ -526,6 +539,10 @@ def main():
                 print(f"# {row}, seed {seed}: train, then evaluate with scripts/eval_wmt14.sh (N_AVG={args.average})\n"
                       + shell_line(sample_train_command(args, os.path.join(args.work, "data-bin"), row, seed)[2:], {}))
         return
+    if args.scale == "full" and not args.report and not args.allow_cpu and gpus() == 0:
+        sys.exit("error: --scale full trains the paper's full-size models, and there is no GPU here (torch sees none, "
+                 "or NGPUS=0): on a CPU that takes weeks. Use --scale sample, or give --allow-cpu to train at full "
+                 "size on the CPU anyway")
     os.makedirs(args.work, exist_ok=True)
     if args.report:
         report(args)

@@ -92,6 +92,20 @@ def test_bad_arguments_are_refused_by_name(args, message, tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+def test_full_scale_without_a_gpu_is_refused_unless_allowed(tmp_path):
+    """A researcher who asks for the paper's sizes on a machine with no GPU is told, before anything is made; the
+    dry run still prints the commands."""
+    args = ["--table", "mt", "--scale", "full", "--data", tmp_path / "data", "--work", tmp_path / "w", "--seeds", "1"]
+    r = script(*args, env={"NGPUS": "0"})
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "error: --scale full trains the paper's full-size models, and there is no GPU here (torch sees none, or "
+        "NGPUS=0): on a CPU that takes weeks. Use --scale sample, or give --allow-cpu to train at full size on the "
+        "CPU anyway")
+    assert not (tmp_path / "w").exists()
+    assert script(*args, "--dry-run", env={"NGPUS": "0"}).returncode == 0
+    assert "--allow-cpu" in script("--help").stdout
+
+
 def test_language_model_tables_at_sample_scale_are_long_contexts_rows(tmp_path):
     r = script("--table", "mlm", "--work", tmp_path / "w", "--rows", "eva_2048,lara_2048", "--seeds", "1",
                "--dry-run", "--", "--budget-minutes", "4")
