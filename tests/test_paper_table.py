@@ -106,6 +106,93 @@ def test_full_scale_without_a_gpu_is_refused_unless_allowed(tmp_path):
     assert "--allow-cpu" in script("--help").stdout
 
 
+@pytest.fixture
+def data(tmp_path):
+    """A folder that looks like binarised translation data (what the checks before training look at)."""
+    d = tmp_path / "data"
+    d.mkdir()
+    for lang in ("en", "de"):
+        (d / f"dict.{lang}.txt").write_text("a 1\n")
+    return d
+
+
+def test_a_run_trained_with_other_settings_is_neither_reused_nor_mixed(data, tmp_path):
+    """A run's folder records its settings: a later command with others stops before anything is trained, naming
+    the difference (a dry run too); --report refuses a table of runs of different settings."""
+    work = tmp_path / "w"
+    first = pt.parse_args(["--table", "mt", "--work", str(work), "--data", str(data), "--epochs", "1", "--average", "1"])
+    save = work / "softmax-seed1"
+    save.mkdir(parents=True)
+    pt.keep_settings(first, save)
+    args = ["--table", "mt", "--work", work, "--data", data, "--rows", "softmax,eva16", "--seeds", "1", "--average", "1"]
+    for extra in ([], ["--dry-run"]):
+        r = script(*args, "--epochs", "2", "--lr", "0.02", *extra)
+        assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+            f"error: {save} was trained with --epochs 1, --lr 0.01, and this run asks for --epochs 2, --lr 0.02: give "
+            "its settings to resume or report it, or another --work for these"), r.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["softmax-seed1"]
+    assert sorted(p.name for p in save.iterdir()) == ["settings.json"]
+    other = pt.parse_args(["--table", "mt", "--work", str(work), "--data", str(data), "--epochs", "3", "--average", "1"])
+    for row, settings in (("softmax", first), ("eva16", other)):
+        save = work / f"{row}-seed1"
+        save.mkdir(exist_ok=True)
+        pt.keep_settings(settings, save)
+        (save / "result.json").write_text(json.dumps({"bleu": 1.0, "sacrebleu": 1.0}))
+        (save / "trained.json").write_text(json.dumps({"params": 10}))
+    r = script("--table", "mt", "--work", work, "--report")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"error: {work}/eva16-seed1 was trained with --epochs 3, and {work}/softmax-seed1 with --epochs 1: one table "
+        "compares runs of one setting; report them from separate --work folders"), r.stderr
+
+
+def test_the_report_names_the_runs_present_and_claims_no_ordering_from_one_seed(tmp_path):
+    work = tmp_path / "w"
+    for row, seed, bleu in (("softmax", 4, 2.0), ("eva16", 4, 1.0), ("eva16", 5, 1.5)):
+        save = work / f"{row}-seed{seed}"
+        save.mkdir(parents=True)
+        (save / "result.json").write_text(json.dumps({"bleu": bleu, "sacrebleu": bleu}))
+        (save / "trained.json").write_text(json.dumps({"params": 10}))
+    r = script("--table", "mt", "--work", work, "--report")
+    assert r.returncode == 0, r.stderr
+    table = (work / "results.md").read_text()
+    assert "Runs: softmax (seed 4), eva16 (seeds 4, 5)." in table
+    assert ("One seed: no ordering claimed for softmax (a row with one seed has no spread; give more --seeds)."
+            in table)
+    assert "softmax > " not in table and "softmax ~ " not in table and "Apart by more" not in table
+
+
+def test_sigterm_stops_and_reaps_the_training_once_and_exits_as_terminated(tmp_path):
+    """SIGTERM while the driver waits for a training (a script that runs its own child, as the training scripts
+    run fairseq-hydra-train): both are stopped, each waited for once, and the driver exits with 128 + 15."""
+    pid_file = tmp_path / "pid"
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import long_context as lc; "
+            f"lc.stopping_cleanly(lambda: lc.run(['bash', '-c', 'sh -c \"echo $$ > {pid_file}; exec sleep 300\"; "
+            f"true'], None, {str(tmp_path / 'log')!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        grandchild = int(pid_file.read_text())
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == "stopped by signal 15: run the same command again to resume"
+    for _ in range(100):  # the training's own child, stopped (reaped by its parent, or gone to init)
+        try:
+            state = open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {grandchild} still runs")
+
+
 def test_language_model_tables_at_sample_scale_are_long_contexts_rows(tmp_path):
     r = script("--table", "mlm", "--work", tmp_path / "w", "--rows", "eva_2048,lara_2048", "--seeds", "1",
                "--dry-run", "--", "--budget-minutes", "4")
@@ -146,35 +233,3 @@ def test_a_full_scale_curve_is_read_from_fairseqs_log(tmp_path):
         '[2026-12-01 10:01:00,000][train][INFO] - {"epoch": 1, "train_loss": "7", "wall": "90"}\n'
         '[2026-12-01 10:01:01,000][valid][INFO] - {"epoch": 2, "valid_loss": "6.25", "valid_num_updates": "240"}\n')
     assert pt.curve_of("mt", tmp_path) == [(120, 50.0, 7.5), (240, 90.0, 6.25)]
-
-
-def test_sigterm_stops_and_reaps_the_training_once_and_exits_as_terminated(tmp_path):
-    """SIGTERM while the driver waits for a training (a script that runs its own child, as the training scripts
-    run fairseq-hydra-train): both are stopped, each waited for once, and the driver exits with 128 + 15."""
-    pid_file = tmp_path / "pid"
-    code = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import long_context as lc; "
-            f"lc.stopping_cleanly(lambda: lc.run(['bash', '-c', 'sh -c \"echo $$ > {pid_file}; exec sleep 300\"; "
-            f"true'], None, {str(tmp_path / 'log')!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(600):
-            if pid_file.exists() and pid_file.read_text().strip():
-                break
-            time.sleep(0.1)
-        grandchild = int(pid_file.read_text())
-        proc.terminate()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
-    assert err.strip().splitlines()[-1] == "stopped by signal 15: run the same command again to resume"
-    for _ in range(100):  # the training's own child, stopped (reaped by its parent, or gone to init)
-        try:
-            state = open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            break
-        if state == "Z":
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"process {grandchild} still runs")
