@@ -35,9 +35,11 @@ Scales (--scale):
           train_mlm.sh: fairseq's distributed options, the paper's effective batch), then the paper's
           evaluation (scripts/eval_wmt14.sh: the last 10 epoch checkpoints averaged, beam 4, length penalty
           0.6, compound-split BLEU and sacreBLEU; scripts/eval_lm.sh at context windows 0, 256 and 480;
-          scripts/eval_mlm.sh: validation perplexity). --dry-run prints every command and runs none. Without a
-          GPU (torch sees none, or NGPUS=0) it is refused unless given --allow-cpu: the paper's models would train
-          for weeks.
+          scripts/eval_mlm.sh: validation perplexity). Without a GPU (torch sees none, or NGPUS=0) it is refused
+          unless given --allow-cpu: the paper's models would train for weeks.
+--dry-run prints every command, as one can run it, and runs none: at full size the scripts above; at sample scale
+(mt) the sample's preparation (data_prep/prepare_wmt14_en_de.sh, unless --data), each run's fairseq-hydra-train
+(without the CPU-time clock that this script adds) and its scripts/eval_wmt14.sh.
 Every run (a row and a seed) has its folder DIR/ROW-seedN; a run that has its result is skipped and one that
 stopped part way resumes from its checkpoint_last.pt, so the same command, run again, resumes (SIGTERM stops
 the trainings too; exit status 143). Each folder records the settings its run was trained with (settings.json:
@@ -546,7 +548,8 @@ def parse_args(argv=None):
     p.add_argument("--seeds", help="comma-separated seeds, each row trained once per seed (1,2,3)")
     p.add_argument("--data", help="the binarised data of the table (data_prep/): needed at full scale; at sample "
                    "scale (mt) it replaces the bundled sample")
-    p.add_argument("--dry-run", action="store_true", help="print every command of the run and run none")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the run (the data's preparation, "
+                   "each run's training and evaluation, as you can run them yourself) and run none")
     p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished (the "
                    "rows and seeds in --work, or those of --rows and --seeds)")
     p.add_argument("--allow-cpu", action="store_true", help="full: train at full size although torch sees no GPU "
@@ -614,6 +617,28 @@ def gpus():
     return torch.cuda.device_count()
 
 
+def sample_dry_run(args, runs):
+    """The sample scale's commands as one can run them: the data's preparation, then each run's fairseq-hydra-train
+    (what `_train` runs, without its CPU-time clock) and evaluation."""
+    data = os.path.abspath(args.data) if args.data else os.path.join(args.work, "data-bin")
+    if not args.data:
+        cmd, env = prepare_command(args, data)
+        print(f"# data: the bundled sample, Moses and a joint BPE of {args.bpe} merges, binarised into {data}\n"
+              + shell_line(cmd, env))
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for row, seed in runs:
+        save = run_dir(args.work, row, seed)
+        print(f"# {row}, seed {seed}: train\n"
+              + shell_line(["fairseq-hydra-train", *sample_train_command(args, data, row, seed)[3:]], threads))
+        print(f"# {row}, seed {seed}: average the last {args.average} epoch checkpoints, translate the test split "
+              "(beam 4, length penalty 0.6), BLEU\n"
+              + shell_line(["bash", os.path.join(HERE, "eval_wmt14.sh"), save],
+                           {**threads, "DATA": data, "N_AVG": str(args.average), "NGPUS": "0"}))
+    if args.budget_minutes:
+        print("# (paper_table.py counts optimization.stop_time_hours in CPU time of the training process; "
+              "fairseq-hydra-train alone counts wall-clock time)")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "_train":
         return train_worker(sys.argv[2:])
@@ -629,13 +654,11 @@ def main():
     if not args.report:
         check_settings(args, runs)
     if args.dry_run:
+        if args.scale == "sample":
+            return sample_dry_run(args, runs)
         for row, seed in runs:
-            if args.scale == "full":
-                for what, cmd, extra in full_commands(args, row, seed):
-                    print(f"# {row}, seed {seed}: {what}\n{shell_line(cmd, extra)}")
-            else:
-                print(f"# {row}, seed {seed}: train, then evaluate with scripts/eval_wmt14.sh (N_AVG={args.average})\n"
-                      + shell_line(sample_train_command(args, os.path.join(args.work, "data-bin"), row, seed)[2:], {}))
+            for what, cmd, extra in full_commands(args, row, seed):
+                print(f"# {row}, seed {seed}: {what}\n{shell_line(cmd, extra)}")
         return
     if args.scale == "full" and not args.report and not args.allow_cpu and gpus() == 0:
         sys.exit("error: --scale full trains the paper's full-size models, and there is no GPU here (torch sees none, "

@@ -116,6 +116,34 @@ def data(tmp_path):
     return d
 
 
+def test_the_sample_dry_run_prints_commands_one_can_run(data, tmp_path):
+    """The data's preparation (without --data), each run's fairseq-hydra-train and evaluation, with --data's
+    folder; the training command is one that fairseq-hydra-train takes as it is (hydra's --cfg job checks it)."""
+    work = tmp_path / "w"
+    r = script("--table", "mt", "--work", work, "--rows", "eva16", "--seeds", "2", "--epochs", "2", "--average", "2",
+               "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert lines[0].endswith("data_prep/prepare_wmt14_en_de.sh --raw " + pt.SAMPLE) and f"DEST={work}/data-bin" in lines[0]
+    assert " _train " not in r.stdout and not work.exists()
+    r = script("--table", "mt", "--work", work, "--data", data, "--rows", "eva16", "--seeds", "2", "--epochs", "2",
+               "--average", "2", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    train, evaluate = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert "prepare_wmt14_en_de" not in r.stdout
+    assert f"task.data={data} " in train and "data-bin" not in train
+    assert evaluate.endswith(f"scripts/eval_wmt14.sh {work}/eva16-seed2") and f"DATA={data} N_AVG=2" in evaluate
+    words = shlex.split(train)
+    env = dict(w.split("=", 1) for w in words[:2])
+    assert words[2] == "fairseq-hydra-train"
+    shown = subprocess.run([*words[2:], "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env={**cli_env(), **env, "PATH": os.path.dirname(sys.executable) + os.pathsep
+                                + os.environ["PATH"]})
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "max_epoch: 2" in shown.stdout and "eva_window_size: 2" in shown.stdout
+    assert not work.exists()
+
+
 def test_a_run_trained_with_other_settings_is_neither_reused_nor_mixed(data, tmp_path):
     """A run's folder records its settings: a later command with others stops before anything is trained, naming
     the difference (a dry run too); --report refuses a table of runs of different settings."""
