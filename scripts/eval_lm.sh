@@ -45,7 +45,8 @@ done
 # succeeded; a failure shows the end of the failing log and leaves nothing behind.
 TABLE=$OUT/ppl.tsv
 TMP=$(mktemp -d "$OUT/.eval_lm.XXXXXX")
-trap 'rm -rf "$TMP"; ((made_out)) && rmdir "$OUT" 2>/dev/null' EXIT  # an OUT made here goes if left empty
+# An OUT made here goes if left empty; the trap's own status must not replace the script's (a full OUT is kept)
+trap 'rm -rf "$TMP"; if ((made_out)); then rmdir "$OUT" 2>/dev/null || true; fi' EXIT
 printf 'subset\tcontext\tloss_base2\tppl\n' > "$TMP/ppl.tsv"
 for subset in $SUBSETS; do
     for ctx in $CONTEXTS; do

@@ -241,20 +241,71 @@ def log(message):
 
 
 CHILDREN = set()  # the trainings and tools running now, stopped with this driver (stop_children)
+STOPPING = []  # the signal that stops this driver, once it has come: no child starts after it
+
+
+class Stopped(BaseException):
+    """SIGTERM came: raised in the main thread, wherever it waits (for a child, for the runs' threads)."""
+
+
+def descendants(pid):
+    """The processes under `pid` (a training script's fairseq-hydra-train, torchrun's workers), from /proc."""
+    children = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def stop_children(signum, frame):
-    """On SIGTERM, stop the running trainings too instead of leaving them to train on unwatched; each resumes
-    from its last checkpoint when the same command runs again."""
+    """On SIGTERM, stop the running trainings (and what they started) instead of leaving them to train on
+    unwatched; each resumes from its last checkpoint when the same command runs again. The handler only signals
+    them: the main thread may be inside a child's wait, where waiting again would never return; `stopping_cleanly`
+    reaps them once."""
+    STOPPING.append(signum)
     for proc in list(CHILDREN):
+        under = descendants(proc.pid)
         proc.terminate()
+        for pid in under:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    raise Stopped(signum)
+
+
+def stopping_cleanly(main):
+    """Run `main` with SIGTERM stopping the children (stop_children), then reaping each once, and exit with the
+    status of a process ended by that signal (128 + its number), saying how to resume."""
+    signal.signal(signal.SIGTERM, stop_children)
+    try:
+        return main()
+    except Stopped as stop:
+        signum = stop.args[0]
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the driver at once
     for proc in list(CHILDREN):
-        proc.wait()
-    sys.exit(f"stopped by signal {signum}: run the same command again to resume")
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        CHILDREN.discard(proc)
+    print(f"stopped by signal {signum}: run the same command again to resume", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 def start(cmd, **popen_options):
-    """A child process (registered in CHILDREN until it is waited for)."""
+    """A child process (registered in CHILDREN until it is waited for); none once the driver is being stopped."""
+    if STOPPING:
+        raise Stopped(STOPPING[0])
     proc = subprocess.Popen([str(c) for c in cmd], **popen_options)
     CHILDREN.add(proc)
     return proc
@@ -712,11 +763,17 @@ def count_cpu_time(Trainer):
 
 
 def seed_list(parser, text):
-    """--seeds' comma-separated whole numbers, or the parser's error naming them."""
+    """--seeds' comma-separated whole numbers, or the parser's error naming them (a seed given twice would train
+    one run twice at once, into one folder)."""
     try:
-        return [int(seed) for seed in text.split(",")]
+        seeds = [int(seed) for seed in text.split(",")]
     except ValueError:
         parser.error(f"--seeds {text!r}: give whole numbers separated by commas")
+    twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if twice:
+        parser.error(f"--seeds {text!r}: seed {', '.join(map(str, twice))} given twice; each seed is one run of each "
+                     "row: give each once")
+    return seeds
 
 
 def parse_args(argv=None):
@@ -770,7 +827,11 @@ def main():
         checkpoint, data, subset, blocks, length, output = sys.argv[2:]
         return json.dump(approximation_errors(checkpoint, data, subset, int(blocks), int(length)), open(output, "w"))
     args = parse_args()
-    signal.signal(signal.SIGTERM, stop_children)
+    stopping_cleanly(lambda: run_rows(args))
+
+
+def run_rows(args):
+    """Train, evaluate and report the rows (main, once the arguments are parsed)."""
     eva = row_dir(args.work, "lm", "eva")
     if "approx" in args.tasks and not os.path.exists(os.path.join(eva, "done")) and not (
             "lm" in args.tasks and "eva" in args.rows):

@@ -35,12 +35,20 @@ Scales (--scale):
           train_mlm.sh: fairseq's distributed options, the paper's effective batch), then the paper's
           evaluation (scripts/eval_wmt14.sh: the last 10 epoch checkpoints averaged, beam 4, length penalty
           0.6, compound-split BLEU and sacreBLEU; scripts/eval_lm.sh at context windows 0, 256 and 480;
-          scripts/eval_mlm.sh: validation perplexity). --dry-run prints every command and runs none.
+          scripts/eval_mlm.sh: validation perplexity). Without a GPU (torch sees none, or NGPUS=0) it is refused
+          unless given --allow-cpu: the paper's models would train for weeks.
+--dry-run prints every command, as one can run it, and runs none: at full size the scripts above; at sample scale
+(mt) the sample's preparation (data_prep/prepare_wmt14_en_de.sh, unless --data), each run's fairseq-hydra-train
+(without the CPU-time clock that this script adds) and its scripts/eval_wmt14.sh.
 Every run (a row and a seed) has its folder DIR/ROW-seedN; a run that has its result is skipped and one that
-stopped part way resumes from its checkpoint_last.pt, so the same command, run again, resumes. Progress goes
-to the terminal (one line a validation); the run's output to DIR/ROW-seedN/train.log and eval.log.
-At the end (and with --report alone), DIR/results.md: one table, each row's mean over its seeds with the
-seeds' range, the paper's number, parameters, updates and time; which rows' seed ranges do not overlap; and
+stopped part way resumes from its checkpoint_last.pt, so the same command, run again, resumes (SIGTERM stops
+the trainings too; exit status 143). Each folder records the settings its run was trained with (settings.json:
+--data, and at sample scale --bpe, --epochs, --budget-minutes, --max-tokens, --lr, --average): a command with
+other settings stops before training, naming the difference. Progress goes to the terminal (one line a
+validation); the run's output to DIR/ROW-seedN/train.log and eval.log.
+At the end (and with --report alone, of every run in DIR unless --rows or --seeds choose), DIR/results.md: the
+runs found, one table, each row's mean over its seeds with the seeds' range, the paper's number, parameters,
+updates and time; which rows' seed ranges do not overlap (none claimed for a row with one seed); and
 DIR/curves.png, validation loss against updates and against training time (CPU time at sample scale).
 --record FOLDER keeps what the table is made of (each run's command, curve and result, the table, the figure and
 a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/.
@@ -48,6 +56,7 @@ a meta.json with the command, commit, date and machine), e.g. under benchmarks/r
 
 import argparse
 import concurrent.futures
+import glob
 import json
 import os
 import re
@@ -98,6 +107,56 @@ def run_dir(work, row, seed):
     return os.path.join(work, f"{row}-seed{seed}")
 
 
+SETTINGS = "settings.json"  # in each run's folder: the settings it was trained and evaluated with
+
+
+def run_settings(args):
+    """{option: value} of what a run's result depends on besides its row and seed: at sample scale the schedule,
+    the batch, the data (and the BPE of the bundled sample), the checkpoints averaged; at full scale the data."""
+    if args.scale == "full":
+        return {"--data": os.path.abspath(args.data)}
+    return {"--data": os.path.abspath(args.data) if args.data else "the bundled sample",
+            "--bpe": None if args.data else args.bpe, "--epochs": args.epochs, "--budget-minutes": args.budget_minutes,
+            "--max-tokens": args.max_tokens, "--lr": args.lr, "--average": args.average}
+
+
+def settings_difference(recorded, asked):
+    """`--epochs 1, and this run asks for --epochs 2`: the settings in which two records differ, or None."""
+    differ = [key for key in asked if recorded.get(key) != asked[key]]
+    if not differ:
+        return None
+
+    def show(settings):
+        return ", ".join(f"{key} {settings.get(key)}" for key in differ)
+
+    return f"{show(recorded)}, and this run asks for {show(asked)}"
+
+
+def check_settings(args, runs):
+    """Stop, naming the difference, where a run's folder (or the prepared sample) of `args.work` was made with other
+    settings: its result would be reported as this run's, or the runs of one table would mix settings."""
+    asked = run_settings(args)
+    prepared = os.path.join(args.work, "data-bin", SETTINGS)
+    if args.scale == "sample" and not args.data and os.path.exists(prepared):
+        bpe = json.load(open(prepared))["--bpe"]
+        if bpe != args.bpe:
+            sys.exit(f"error: {os.path.dirname(prepared)} was prepared with --bpe {bpe}, and this run asks for --bpe "
+                     f"{args.bpe}: give --bpe {bpe}, or another --work for this one")
+    for row, seed in runs:
+        path = os.path.join(run_dir(args.work, row, seed), SETTINGS)
+        if os.path.exists(path):
+            difference = settings_difference(json.load(open(path)), asked)
+            if difference:
+                sys.exit(f"error: {os.path.dirname(path)} was trained with {difference}: give its settings to resume "
+                         "or report it, or another --work for these")
+
+
+def keep_settings(args, save):
+    """Record the settings a run is trained with in its folder (check_settings reads them)."""
+    with open(os.path.join(save, SETTINGS), "w") as f:
+        json.dump(run_settings(args), f)
+
+
 # ---------------------------------------------------------------- sample scale (translation)
 
 def prepare_sample(args, env):
@@ -108,11 +167,17 @@ def prepare_sample(args, env):
     if os.path.exists(os.path.join(data, "test.en-de.de.idx")):
         return data
     log(f"data: {SAMPLE}, joint BPE of {args.bpe} merges ({args.work}/prep.log)")
-    prep_env = {**env, "WORK": os.path.join(args.work, "prep"), "DEST": data, "BPE_TOKENS": str(args.bpe),
-                "WORKERS": "1"}
-    long_context.run(["bash", os.path.join(REPO, "data_prep", "prepare_wmt14_en_de.sh"), "--raw", SAMPLE], prep_env,
-                     os.path.join(args.work, "prep.log"))
+    prep_env = {**env, **prepare_command(args, data)[1]}
+    long_context.run(prepare_command(args, data)[0], prep_env, os.path.join(args.work, "prep.log"))
+    with open(os.path.join(data, SETTINGS), "w") as f:
+        json.dump({"--bpe": args.bpe}, f)
     return data
+
+
+def prepare_command(args, data):
+    """(the sample's preparation, its environment)."""
+    return (["bash", os.path.join(REPO, "data_prep", "prepare_wmt14_en_de.sh"), "--raw", SAMPLE],
+            {"WORK": os.path.join(args.work, "prep"), "DEST": data, "BPE_TOKENS": str(args.bpe), "WORKERS": "1"})
 
 
 def sample_train_command(args, data, row, seed):
@@ -134,6 +199,7 @@ def train_sample(args, data, row, seed, env):
     if os.path.exists(done):
         return
     os.makedirs(save, exist_ok=True)
+    keep_settings(args, save)
     cmd = sample_train_command(args, data, row, seed)
     with open(os.path.join(save, "command.txt"), "w") as f:
         f.write(" ".join(cmd[2:]).replace(REPO + "/", "") + "\n")
@@ -257,6 +323,7 @@ def run_full(args, row, seed, env):
     if full_result(args.table, save) is not None:
         return
     os.makedirs(save, exist_ok=True)
+    keep_settings(args, save)
     for what, cmd, extra in full_commands(args, row, seed):
         log(f"{row}-seed{seed}: {what}: {shell_line(cmd, extra)}")
         long_context.run(cmd, {**env, **extra}, os.path.join(save, f"{what}.log"))
@@ -304,9 +371,31 @@ def collect(table, work, rows=None, seeds=None):
             trained = os.path.join(save, "trained.json")
             params = (json.load(open(trained))["params"] if os.path.exists(trained)
                       else parameters(os.path.join(save, "train.log")))
+            settings = os.path.join(save, SETTINGS)
             runs.setdefault(row, []).append({"seed": seed, "result": result, "curve": curve_of(table, save),
-                                             "params": params})
+                                             "params": params,
+                                             "settings": json.load(open(settings)) if os.path.exists(settings) else None})
     return runs
+
+
+def check_one_setting(work, runs):
+    """Stop, naming two runs and their difference, where the runs of the table were made with other settings."""
+    recorded = [(run_dir(work, row, r["seed"]), r["settings"]) for row, rs in runs.items() for r in rs if r["settings"]]
+    for save, settings in recorded[1:]:
+        difference = settings_difference(settings, recorded[0][1])
+        if difference:
+            difference = difference.replace("and this run asks for", f"and {recorded[0][0]} with")
+            sys.exit(f"error: {save} was trained with {difference}: one table compares runs of one setting; report "
+                     "them from separate --work folders")
+
+
+def runs_text(runs):
+    """`softmax (seeds 1, 2), eva16 (seed 1)`: the rows and seeds that the table is made of."""
+    def seeds(rs):
+        numbers = ", ".join(str(r["seed"]) for r in rs)
+        return f"seed {numbers}" if len(rs) == 1 else f"seeds {numbers}"
+
+    return ", ".join(f"{row} ({seeds(rs)})" for row, rs in runs.items()) or "none finished"
 
 
 def keep_record(work, record):
@@ -345,23 +434,30 @@ def spread_text(values):
 
 def orderings(table, runs):
     """Sentences: the rows by their mean, and every pair whose seeds' ranges do not overlap (the one row's worst
-    seed better than the other's best), then those that do."""
+    seed better than the other's best), then those that do. A row with one seed has no spread: no ordering is
+    claimed for it."""
     name, higher = METRIC[table]
     scores = {row: [score(table, r["result"]) for r in rs] for row, rs in runs.items()}
     mean = {row: sum(v) / len(v) for row, v in scores.items()}
     order = sorted(mean, key=lambda row: -mean[row] if higher else mean[row])
+    single = [row for row in order if len(scores[row]) < 2]
+    spread = [row for row in order if row not in single]
+    lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + "."]
+    if single:
+        lines.append(f"One seed: no ordering claimed for {', '.join(single)} (a row with one seed has no spread; "
+                     "give more --seeds).")
+    if single and len(spread) < 2:
+        return lines
     apart, close = [], []
-    for i, a in enumerate(order):
-        for b in order[i + 1:]:
+    for i, a in enumerate(spread):
+        for b in spread[i + 1:]:
             worst_a = min(scores[a]) if higher else max(scores[a])
             best_b = max(scores[b]) if higher else min(scores[b])
             separated = worst_a > best_b if higher else worst_a < best_b
             (apart if separated else close).append(f"{a} > {b}" if separated else f"{a} ~ {b}")
-    lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + ".",
-             "Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
-             + (", ".join(apart) if apart else "none") + ".",
-             "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
-    return lines
+    return lines + ["Apart by more than the seeds' spread (every seed of the first better than every seed of the "
+                    "second): " + (", ".join(apart) if apart else "none") + ".",
+                    "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
 
 
 def table_lines(table, scale, runs):
@@ -389,11 +485,14 @@ def table_lines(table, scale, runs):
 
 
 def report(args):
-    runs = collect(args.table, args.work, args.rows, args.seeds)
+    alone = args.report  # --report alone: every run in --work unless --rows or --seeds chose some
+    runs = collect(args.table, args.work, args.rows if args.given["rows"] or not alone else None,
+                   args.seeds if args.given["seeds"] or not alone else None)
+    check_one_setting(args.work, runs)
     name, _ = METRIC[args.table]
     lines = [f"# The {args.table} table at {args.scale} scale", "",
-             f"Rows: {', '.join(args.rows)}; seeds {','.join(map(str, args.seeds))}. {name}: the mean over seeds "
-             "(lowest-highest seed in brackets).", "", *table_lines(args.table, args.scale, runs)]
+             f"Runs: {runs_text(runs)}. {name}: the mean over seeds (lowest-highest seed in brackets).", "",
+             *table_lines(args.table, args.scale, runs)]
     with open(os.path.join(args.work, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -440,11 +539,15 @@ def parse_args(argv=None):
     p.add_argument("--scale", default="sample", choices=("sample", "full"), help="sample (CPU) or full (GPUs) (sample)")
     p.add_argument("--work", required=True, help="folder of the runs, resumable, and of results.md and curves.png")
     p.add_argument("--rows", help="comma-separated rows (every row of the table)")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds, each row trained once per seed (1,2,3)")
+    p.add_argument("--seeds", help="comma-separated seeds, each row trained once per seed (1,2,3)")
     p.add_argument("--data", help="the binarised data of the table (data_prep/): needed at full scale; at sample "
                    "scale (mt) it replaces the bundled sample")
-    p.add_argument("--dry-run", action="store_true", help="print every command of the run and run none")
-    p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished")
+    p.add_argument("--dry-run", action="store_true", help="print every command of the run (the data's preparation, "
+                   "each run's training and evaluation, as you can run them yourself) and run none")
+    p.add_argument("--report", action="store_true", help="only write the table and figure of what has finished (the "
+                   "rows and seeds in --work, or those of --rows and --seeds)")
+    p.add_argument("--allow-cpu", action="store_true", help="full: train at full size although torch sees no GPU "
+                   "(refused without it: the paper's models would train for weeks on a CPU; NGPUS=0 counts as none)")
     p.add_argument("--record", help="also copy the runs' commands, curves and results, the table and the figure here")
     p.add_argument("--parallel", type=int, default=2, help="sample: runs trained at once, one thread each (2)")
     p.add_argument("--epochs", type=int, default=8, help="sample: epochs of each run (8, as the demo)")
@@ -460,6 +563,7 @@ def parse_args(argv=None):
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = p.parse_args(argv[:len(argv) - len(extra) - (1 if "--" in argv else 0)])
     args.extra = extra
+    args.given = {"rows": args.rows is not None, "seeds": args.seeds is not None}  # else --report finds them
     sample_rows = SAMPLE_ROWS.get(args.table) if args.scale == "sample" else None
     args.rows = (args.rows.split(",") if args.rows else
                  list(sample_rows) if sample_rows else list(PAPER[args.table]))
@@ -467,7 +571,10 @@ def parse_args(argv=None):
     unknown = [row for row in args.rows if row not in known]
     if unknown:
         p.error(f"--rows: no {args.table} row {', '.join(unknown)}; its rows: {', '.join(known)}")
-    args.seeds = long_context.seed_list(p, args.seeds)
+    twice = sorted({row for row in args.rows if args.rows.count(row) > 1})
+    if twice:
+        p.error(f"--rows: {', '.join(twice)} given twice; each row is one run a seed: give each once")
+    args.seeds = long_context.seed_list(p, args.seeds or "1,2,3")
     if sample_rows:
         alone = [row for row in args.rows if row not in sample_rows]
         if alone:
@@ -479,7 +586,51 @@ def parse_args(argv=None):
         p.error("--scale full needs --data, the binarised data of the table")
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
+    if args.epochs < 1:
+        p.error(f"--epochs {args.epochs}: give 1 or more (fairseq reads 0 as no limit of epochs)")
+    if args.table == "mt" and args.scale == "sample" and not args.report:
+        if args.average < 1:
+            p.error(f"--average {args.average}: give 1 or more (the last epoch checkpoints averaged)")
+        if args.epochs < args.average:
+            p.error(f"--epochs {args.epochs} is fewer than --average {args.average}, the last epoch checkpoints "
+                    f"averaged for the evaluation: give --average {args.epochs} or less, or --epochs {args.average} "
+                    "or more")
+        if args.data and not glob.glob(os.path.join(args.data, "dict.*.txt")):
+            what = "is not a folder" if not os.path.isdir(args.data) else "holds no binarised data (no dict.*.txt)"
+            p.error(f"--data {args.data} {what}: give the DEST of data_prep/prepare_wmt14_en_de.sh (fairseq-preprocess's "
+                    "--destdir), or leave --data out for the bundled sample")
     return args
+
+
+def gpus():
+    """The GPUs a full-size run would train on: $NGPUS, as the training scripts read it, else those torch sees."""
+    if os.environ.get("NGPUS"):
+        return int(os.environ["NGPUS"])
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def sample_dry_run(args, runs):
+    """The sample scale's commands as one can run them: the data's preparation, then each run's fairseq-hydra-train
+    (what `_train` runs, without its CPU-time clock) and evaluation."""
+    data = os.path.abspath(args.data) if args.data else os.path.join(args.work, "data-bin")
+    if not args.data:
+        cmd, env = prepare_command(args, data)
+        print(f"# data: the bundled sample, Moses and a joint BPE of {args.bpe} merges, binarised into {data}\n"
+              + shell_line(cmd, env))
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for row, seed in runs:
+        save = run_dir(args.work, row, seed)
+        print(f"# {row}, seed {seed}: train\n"
+              + shell_line(["fairseq-hydra-train", *sample_train_command(args, data, row, seed)[3:]], threads))
+        print(f"# {row}, seed {seed}: average the last {args.average} epoch checkpoints, translate the test split "
+              "(beam 4, length penalty 0.6), BLEU\n"
+              + shell_line(["bash", os.path.join(HERE, "eval_wmt14.sh"), save],
+                           {**threads, "DATA": data, "N_AVG": str(args.average), "NGPUS": "0"}))
+    if args.budget_minutes:
+        print("# (paper_table.py counts optimization.stop_time_hours in CPU time of the training process; "
+              "fairseq-hydra-train alone counts wall-clock time)")
 
 
 def main():
@@ -492,24 +643,30 @@ def main():
         if args.dry_run:
             print(shell_line(cmd, {}))
             return
-        sys.exit(subprocess.call(cmd))
+        long_context.stopping_cleanly(lambda: sys.exit(long_context.finish(long_context.start(cmd))))
     runs = [(row, seed) for seed in args.seeds for row in args.rows]  # seed by seed: an early stop leaves whole seeds
+    if not args.report:
+        check_settings(args, runs)
     if args.dry_run:
+        if args.scale == "sample":
+            return sample_dry_run(args, runs)
         for row, seed in runs:
-            if args.scale == "full":
-                for what, cmd, extra in full_commands(args, row, seed):
-                    print(f"# {row}, seed {seed}: {what}\n{shell_line(cmd, extra)}")
-            else:
-                print(f"# {row}, seed {seed}: train, then evaluate with scripts/eval_wmt14.sh (N_AVG={args.average})\n"
-                      + shell_line(sample_train_command(args, os.path.join(args.work, "data-bin"), row, seed)[2:], {}))
+            for what, cmd, extra in full_commands(args, row, seed):
+                print(f"# {row}, seed {seed}: {what}\n{shell_line(cmd, extra)}")
         return
+    if args.scale == "full" and not args.report and not args.allow_cpu and gpus() == 0:
+        sys.exit("error: --scale full trains the paper's full-size models, and there is no GPU here (torch sees none, "
+                 "or NGPUS=0): on a CPU that takes weeks. Use --scale sample, or give --allow-cpu to train at full "
+                 "size on the CPU anyway")
     os.makedirs(args.work, exist_ok=True)
     if args.report:
         report(args)
         return
-    import signal
+    long_context.stopping_cleanly(lambda: train_and_report(args, runs))
 
-    signal.signal(signal.SIGTERM, long_context.stop_children)
+
+def train_and_report(args, runs):
+    """Train and evaluate the runs not done yet, then write the table (main, once the arguments are checked)."""
     tools = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": tools + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "PYTHON": sys.executable,

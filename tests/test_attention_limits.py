@@ -1,7 +1,8 @@
 """What a shape or an option can break is refused in one line before memory is spent, through fairseq-train:
 Linformer's positions against the model's and the task's longest input (translation at fairseq's default
 --max-source-positions too), a count whose parameters or whose memory at a batch exceed the machine's (with the
-estimate, no crash.pt), an option of a mechanism that no self-attention uses, --bf16 without a GPU; and what fits
+estimate, no crash.pt), an option of a mechanism that no self-attention uses, bf16 without a GPU (--bf16, and
+fairseq-hydra-train's common.bf16=true); and what fits
 trains (Linformer at the positions it was given, then fairseq-generate on its checkpoint; Reformer with a chunk
 longer than the sentences). All jobs run in one process."""
 
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("fairseq")
 
-from fairseq_helpers import USER_DIR, last_line, lm_data, run_jobs, translation_data  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, last_line, lm_data, run_jobs, translation_data  # noqa: E402
 
 COMMON = ("--user-dir", USER_DIR, "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-update", 2,
           "--no-epoch-checkpoints")
@@ -50,6 +51,10 @@ def runs(tmp_path_factory):
                              "--save-dir", save / "refused"),
         "eva_beyond_the_sentences": (*mt_train, "--eva-num-chunks", 20000, "--eva-window-size", 100000, "--save-dir",
                                      save / "eva_long"),
+        "bf16_hydra": ("hydra_train", "--config-dir", REPO / "tests" / "fixtures" / "hydra", "--config-name",
+                       "tiny_lm_eva", f"task.data={lm}", f"common.user_dir={USER_DIR}",
+                       f"checkpoint.save_dir={save / 'refused'}", f"hydra.run.dir={save / 'refused'}",
+                       "common.bf16=true"),
     }
     return {"save": save, **run_jobs(jobs, cwd=save)}
 
@@ -58,7 +63,9 @@ def test_linformer_positions_are_checked_against_the_models_and_the_tasks_longes
     assert last_line(runs["linformer_default_positions"]) == (
         "fairseq-train: error: --linformer-max-positions (64) must be at least the model's longest input (1024 "
         "positions): linformer attention has a column of its length projections a position; give "
-        "--linformer-max-positions 1024 or more, or --max-source-positions 64 or less")
+        "--linformer-max-positions 1024 or more, or --max-source-positions 64 or less (then fairseq-train skips the "
+        "sentence pairs longer than that, and its validation and fairseq-generate stop at the first one unless given "
+        "--skip-invalid-size-inputs-valid-test, which skips them too)")
     for job in ("linformer", "linformer_generate"):
         assert runs[job][0] == 0, runs[job][1][-3000:]
     assert len(re.findall(r"^H-\d+\t", runs["linformer_generate"][1], re.M)) > 0
@@ -107,6 +114,9 @@ def test_an_option_that_no_self_attention_uses_is_refused(runs):
 
 def test_bf16_without_a_gpu_is_one_line(runs):
     assert last_line(runs["bf16"]) == "fairseq-train: error: bf16 needs a CUDA GPU and torch sees none: on a CPU leave out --bf16"
+    status, output = runs["bf16_hydra"]  # the same rule, in hydra's words (its message without a traceback)
+    assert status != 0 and "Traceback" not in output
+    assert "bf16 needs a CUDA GPU and torch sees none: on a CPU give common.bf16=false" in output.splitlines()
 
 
 def test_refusals_leave_nothing_behind(runs):

@@ -1,5 +1,6 @@
 """A checkpoint records its attention: fairseq-train refuses to resume, restore or fine-tune it into a model of
-another mechanism or other options, in one line naming both, before any update and leaving no file; fairseq-eval-lm
+another mechanism or other options, or of the same attention and other sizes, in one line naming both, before any
+update and leaving no file; an evaluation's --model-overrides that change the attention are refused; fairseq-eval-lm
 builds the model a checkpoint was trained as, even after a default changed in the code; a checkpoint from before
 the record loads as it did (its missing options at their defaults); fairseq-train --help with an --arch lists the
 model's attention options. All jobs run in one process."""
@@ -57,6 +58,16 @@ def runs(tmp_path_factory):
                                 save / "restored", "--restore-file", save / "performer" / "checkpoint_last.pt"),
         "finetuned_as_elu": (*train, "--max-update", 4, "--decoder-attention", "elu", "--save-dir", save / "finetuned",
                              "--finetune-from-model", save / "performer" / "checkpoint_last.pt"),
+        "resumed_as_another_arch": (*train, "--max-update", 4, *performer, 16, "--save-dir", save / "performer",
+                                    "--arch", "transformer_lm_eva"),
+        "resumed_with_other_sizes": (*train, "--max-update", 4, *performer, 16, "--save-dir", save / "performer",
+                                     "--decoder-embed-dim", 32),
+        "evaluated_with_8": ("eval_lm", *eval_lm, "--path", save / "performer" / "checkpoint_last.pt",
+                             "--model-overrides", "{'performer_num_features': 8}"),
+        "evaluated_as_softmax": ("eval_lm", *eval_lm, "--path", save / "elu" / "checkpoint_last.pt",
+                                 "--model-overrides", "{'decoder_attention': 'softmax'}"),
+        "evaluated_with_a_kernel": ("eval_lm", *eval_lm, "--path", save / "performer" / "checkpoint_last.pt",
+                                    "--model-overrides", "{'eva_kernel': 'auto', 'dropout': 0.2}"),
         "t2r": (*train, "--max-update", 2, "--decoder-attention", "t2r", "--save-dir", save / "t2r"),
         "without_record": {"code": WITHOUT_RECORD.replace("CHECKPOINT", repr(str(t2r))).replace(
             "OLD", repr(str(save / "old.pt"))).replace("ARGS", repr([*eval_lm, "--path", str(save / "old.pt")]))},
@@ -85,6 +96,36 @@ def test_resuming_with_another_mechanism_or_other_options_is_refused_before_any_
         assert json_records(runs[job][1], "train_inner") == []
     assert updates(save / "elu" / "checkpoint_last.pt") == 2 and updates(save / "performer" / "checkpoint_last.pt") == 2
     assert not list(save.rglob("crash.pt"))
+
+
+def test_resuming_into_another_architecture_or_other_sizes_names_them(runs):
+    """The same attention in a model whose parameters do not fit: one line instead of fairseq's "Cannot load model
+    parameters", before any update."""
+    save = runs["save"]
+    fix = "its parameters do not fit this model; give the checkpoint's options to resume it, or another --save-dir"
+    assert last_line(runs["resumed_as_another_arch"]).startswith(
+        f"fairseq-train: error: {save}/performer/checkpoint_last.pt holds a model trained with --arch "
+        f"transformer_lm_eva_tiny, and this run asks for --arch transformer_lm_eva: {fix}")
+    line = last_line(runs["resumed_with_other_sizes"])
+    assert line.startswith(f"fairseq-train: error: {save}/performer/checkpoint_last.pt holds a model trained with "
+                           "--decoder-embed-dim 64") and "and this run asks for --decoder-embed-dim 32" in line, line
+    for job in ("resumed_as_another_arch", "resumed_with_other_sizes"):
+        assert json_records(runs[job][1], "train_inner") == [] and "Cannot load" not in runs[job][1]
+    assert updates(save / "performer" / "checkpoint_last.pt") == 2
+
+
+def test_model_overrides_that_change_the_attention_are_refused(runs):
+    save = runs["save"]
+    assert last_line(runs["evaluated_with_8"]) == (
+        f"fairseq-eval-lm: error: {save}/performer/checkpoint_last.pt holds a model trained with --performer-num-features "
+        "16, and --model-overrides {'performer_num_features': 8} asks for --performer-num-features 8: its parameters "
+        "are those of the attention it was trained with; leave the attention's options out of --model-overrides "
+        "(eva_kernel and eva_compile may be given)")
+    assert last_line(runs["evaluated_as_softmax"]).startswith(  # no parameters to mismatch: it evaluated as softmax
+        f"fairseq-eval-lm: error: {save}/elu/checkpoint_last.pt holds a model trained with --decoder-attention elu, "
+        "and --model-overrides {'decoder_attention': 'softmax'} asks for --decoder-attention softmax: ")
+    status, log = runs["evaluated_with_a_kernel"]  # what is not recorded, and what lies outside the attention
+    assert status == 0 and "Perplexity" in log, log[-3000:]
 
 
 def test_restoring_or_fine_tuning_another_model_is_refused_and_leaves_no_save_dir(runs):

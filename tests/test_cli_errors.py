@@ -74,12 +74,14 @@ def mistakes(trained, tmp_path_factory):
     damaged.write_bytes(bytes(data))
     (files / "empty.pt").write_bytes(b"")
     (files / "notes.pt").write_text("not a checkpoint\n")
+    (files / "dict.en.txt").write_text("the 1234\n, 567\n")  # a Moses-tokenised dictionary's first words
     eval_lm = ("eval_lm", lm["bin"], *plugin, "--tokens-per-sample", 64, "--gen-subset", "test")
     jobs = {
         "damaged": ("generate", lm["bin"], *plugin, "--task", "language_modeling", "--path", damaged,
                     "--tokens-per-sample", 64, "--gen-subset", "test"),
         "empty_file": (*eval_lm, "--path", files / "empty.pt"),
         "not_a_checkpoint": (*eval_lm, "--path", files / "notes.pt"),
+        "dictionary_as_checkpoint": ("generate", mt["bin"], *plugin, "--path", files / "dict.en.txt"),
         "context_window_negative": (*eval_lm, "--path", lm["ckpt"], "--context-window", -5),
         "max_tokens": ("generate", mt["bin"], *plugin, "--path", mt["ckpt"], "--max-tokens", 16),
         "path_missing": ("eval_lm", lm["bin"], *plugin, "--path", trained["save"] / "lm" / "checkpoint_lst.pt"),
@@ -257,6 +259,13 @@ def test_an_empty_file_or_not_a_checkpoint_is_one_line_without_a_note_on_checksu
         f"fairseq-eval-lm: error: {files}/notes.pt is not a fairseq checkpoint (")
     for name in ("empty_file", "not_a_checkpoint"):
         assert "checksum" not in mistakes[name][1]
+
+
+def test_a_dictionary_given_as_a_checkpoint_is_one_line(mistakes):
+    """A text file whose first letters read as pickle opcodes (a dictionary begins with its commonest words)."""
+    assert last_line(mistakes["dictionary_as_checkpoint"]) == (
+        f"fairseq-generate: error: {mistakes['files']}/dict.en.txt is not a fairseq checkpoint (it is text, not a "
+        "file that torch.save wrote)")
 
 
 def test_a_negative_context_window_or_too_small_max_tokens_is_one_line(mistakes):

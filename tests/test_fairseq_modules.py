@@ -22,7 +22,7 @@ from fairseq_eva.models.roberta_eva import RobertaEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_lm_eva import TransformerLanguageModelEVA  # noqa: E402
 from fairseq_eva.modules import EVAMultiheadAttention, EVAOptionError, eva_bool  # noqa: E402
-from fairseq_eva.modules.options import check_model_keys, known_model_keys  # noqa: E402
+from fairseq_eva.modules.hydra_keys import check_model_keys, known_model_keys  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

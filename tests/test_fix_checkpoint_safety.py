@@ -14,6 +14,7 @@ pytest.importorskip("fairseq")
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_eva  # noqa: E402,F401  (registers the safe globals)
+from fairseq_eva.fairseq_fixes import checkpoint_safety  # noqa: E402
 from fairseq_eva.fairseq_fixes.checkpoint_safety import SAFE_GLOBALS, CheckpointError  # noqa: E402
 from fairseq_helpers import USER_DIR, lm_data, run  # noqa: E402
 
@@ -85,6 +86,31 @@ def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, content):
     assert "weights_only" not in str(error.value)
 
 
+@pytest.mark.parametrize("text", ["the 1234\n, 567\n", "a 12\n", "e 3\n", "to 4\n", "r 5\n"])
+def test_text_is_named_as_text_whatever_its_first_letter(tmp_path, text):
+    """A dictionary or a log given as a checkpoint: text whose first letters are pickle opcodes (append, tuple,
+    ...) is refused by its first bytes, not by torch's unpickler (an IndexError)."""
+    path = tmp_path / "dict.en.txt"
+    path.write_text(text)
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoint_safety.load):
+        with pytest.raises(CheckpointError) as error:
+            load(str(path))
+        assert str(error.value) == f"{path} is not a fairseq checkpoint (it is text, not a file that torch.save wrote)"
+
+
+def test_bytes_that_torch_save_never_writes_first_are_named(tmp_path):
+    path = tmp_path / "random.pt"
+    path.write_bytes(bytes([0x99, 0x8B, 0xA2, 0x64, 0xFF]))
+    with pytest.raises(CheckpointError, match=r"random\.pt is not a fairseq checkpoint \(it begins with the bytes "):
+        checkpoint_safety.load(str(path))
+
+
+def test_a_checkpoint_in_torchs_legacy_format_still_loads(tmp_path):
+    path = tmp_path / "legacy.pt"
+    torch.save(checkpoint(), path, _use_new_zipfile_serialization=False)
+    assert checkpoint_utils.load_checkpoint_to_cpu(str(path))["cfg"]["model"].arch == "transformer_eva_tiny"
+
+
 @pytest.mark.parametrize("keep", [0, 10, 0.5, -10, -1], ids=["empty", "10 bytes", "half", "all but 10", "all but 1"])
 def test_a_truncated_checkpoint_is_called_truncated(tmp_path, keep):
     """A checkpoint cut short (a full disk, a run killed while writing) is not called 'not a checkpoint'."""
@@ -121,8 +147,6 @@ def test_fairseq_tools_refuse_it_too(tmp_path, tmp_path_factory):
 def test_a_checkpoint_whose_bytes_changed_is_refused_before_loading(tmp_path):
     """torch.save stores a CRC-32 of each part; a few bytes changed inside a tensor's data (not a truncation) are
     caught by fairseq's loader with the plugin, and by the load scripts/average_checkpoints.py uses."""
-    from fairseq_eva.fairseq_fixes import checkpoint_safety
-
     path = tmp_path / "damaged.pt"
     torch.save({"model": {"w": torch.zeros(100_000)}}, path)
     assert checkpoint_safety.verify(str(path)) is True

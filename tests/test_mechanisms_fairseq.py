@@ -172,25 +172,25 @@ def test_each_causal_mechanism_is_a_language_model_that_fairseq_eval_lm_scores(t
 
 
 def test_the_usage_page_lists_every_mechanism_as_the_registry_does():
-    from fairseq_eva.modules.options import mechanism_table
+    from fairseq_eva.modules.docs_tables import mechanism_table
 
     page = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
     start, end = "tests/test_mechanisms_fairseq.py keeps it equal -->\n", "<!-- end of the table -->"
     shown = page[page.index(start) + len(start) : page.index(end)].strip()
     assert shown == mechanism_table(), (
         "docs/usage.md's table of mechanisms differs from the registry: paste the output of\n"
-        "python -c 'from fairseq_eva.modules.options import mechanism_table; print(mechanism_table())'")
+        "python -c 'from fairseq_eva.modules.docs_tables import mechanism_table; print(mechanism_table())'")
 
 
 def test_the_usage_page_lists_the_attention_options_as_their_help_texts_say():
-    from fairseq_eva.modules.options import eva_option_table
+    from fairseq_eva.modules.docs_tables import eva_option_table
 
     page = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
     start, end = "tests/test_mechanisms_fairseq.py keeps it equal -->\n", "<!-- end of the options table -->"
     shown = page[page.rindex(start) + len(start) : page.index(end)].strip()
     assert shown == eva_option_table(), (
         "docs/usage.md's table of the EVA options differs from their help texts: paste the output of\n"
-        "python -c 'import fairseq_eva; from fairseq_eva.modules.options import eva_option_table; print(eva_option_table())'")
+        "python -c 'import fairseq_eva; from fairseq_eva.modules.docs_tables import eva_option_table; print(eva_option_table())'")
 
 
 @pytest.mark.parametrize("job,line", [(job, line) for job, _, line in REFUSALS])

@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -73,11 +75,150 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
     (["--table", "lm", "--rows", "eva_32l"], "--rows: eva_32l has no small counterpart at sample scale"),
     (["--table", "mt", "--", "--budget-minutes", "3"], "arguments after -- go to scripts/long_context.py"),
     (["--table", "mt", "--seeds", "1,x"], "--seeds '1,x': give whole numbers"),
+    (["--table", "mt", "--seeds", "1,2,1"], "--seeds '1,2,1': seed 1 given twice"),
+    (["--table", "lm", "--seeds", "3,3"], "--seeds '3,3': seed 3 given twice"),
+    (["--table", "mt", "--rows", "eva16,softmax,eva16"], "--rows: eva16 given twice"),
+    (["--table", "mt", "--epochs", "0"], "--epochs 0: give 1 or more (fairseq reads 0 as no limit of epochs)"),
+    (["--table", "mt", "--epochs", "-3"], "--epochs -3: give 1 or more"),
+    (["--table", "mt", "--epochs", "1"], "--epochs 1 is fewer than --average 3, the last epoch checkpoints averaged "
+                                         "for the evaluation: give --average 1 or less, or --epochs 3 or more"),
+    (["--table", "mt", "--epochs", "2", "--average", "4", "--dry-run"], "--epochs 2 is fewer than --average 4"),
+    (["--table", "mt", "--data", "no_such_folder"], "--data no_such_folder is not a folder: give the DEST of "
+                                                    "data_prep/prepare_wmt14_en_de.sh"),
 ])
 def test_bad_arguments_are_refused_by_name(args, message, tmp_path):
     r = script("--work", tmp_path / "w", *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_full_scale_without_a_gpu_is_refused_unless_allowed(tmp_path):
+    """A researcher who asks for the paper's sizes on a machine with no GPU is told, before anything is made; the
+    dry run still prints the commands."""
+    args = ["--table", "mt", "--scale", "full", "--data", tmp_path / "data", "--work", tmp_path / "w", "--seeds", "1"]
+    r = script(*args, env={"NGPUS": "0"})
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "error: --scale full trains the paper's full-size models, and there is no GPU here (torch sees none, or "
+        "NGPUS=0): on a CPU that takes weeks. Use --scale sample, or give --allow-cpu to train at full size on the "
+        "CPU anyway")
+    assert not (tmp_path / "w").exists()
+    assert script(*args, "--dry-run", env={"NGPUS": "0"}).returncode == 0
+    assert "--allow-cpu" in script("--help").stdout
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A folder that looks like binarised translation data (what the checks before training look at)."""
+    d = tmp_path / "data"
+    d.mkdir()
+    for lang in ("en", "de"):
+        (d / f"dict.{lang}.txt").write_text("a 1\n")
+    return d
+
+
+def test_the_sample_dry_run_prints_commands_one_can_run(data, tmp_path):
+    """The data's preparation (without --data), each run's fairseq-hydra-train and evaluation, with --data's
+    folder; the training command is one that fairseq-hydra-train takes as it is (hydra's --cfg job checks it)."""
+    work = tmp_path / "w"
+    r = script("--table", "mt", "--work", work, "--rows", "eva16", "--seeds", "2", "--epochs", "2", "--average", "2",
+               "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert lines[0].endswith("data_prep/prepare_wmt14_en_de.sh --raw " + pt.SAMPLE) and f"DEST={work}/data-bin" in lines[0]
+    assert " _train " not in r.stdout and not work.exists()
+    r = script("--table", "mt", "--work", work, "--data", data, "--rows", "eva16", "--seeds", "2", "--epochs", "2",
+               "--average", "2", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    train, evaluate = [line for line in r.stdout.splitlines() if not line.startswith("#")]
+    assert "prepare_wmt14_en_de" not in r.stdout
+    assert f"task.data={data} " in train and "data-bin" not in train
+    assert evaluate.endswith(f"scripts/eval_wmt14.sh {work}/eva16-seed2") and f"DATA={data} N_AVG=2" in evaluate
+    words = shlex.split(train)
+    env = dict(w.split("=", 1) for w in words[:2])
+    assert words[2] == "fairseq-hydra-train"
+    shown = subprocess.run([*words[2:], "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env={**cli_env(), **env, "PATH": os.path.dirname(sys.executable) + os.pathsep
+                                + os.environ["PATH"]})
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "max_epoch: 2" in shown.stdout and "eva_window_size: 2" in shown.stdout
+    assert not work.exists()
+
+
+def test_a_run_trained_with_other_settings_is_neither_reused_nor_mixed(data, tmp_path):
+    """A run's folder records its settings: a later command with others stops before anything is trained, naming
+    the difference (a dry run too); --report refuses a table of runs of different settings."""
+    work = tmp_path / "w"
+    first = pt.parse_args(["--table", "mt", "--work", str(work), "--data", str(data), "--epochs", "1", "--average", "1"])
+    save = work / "softmax-seed1"
+    save.mkdir(parents=True)
+    pt.keep_settings(first, save)
+    args = ["--table", "mt", "--work", work, "--data", data, "--rows", "softmax,eva16", "--seeds", "1", "--average", "1"]
+    for extra in ([], ["--dry-run"]):
+        r = script(*args, "--epochs", "2", "--lr", "0.02", *extra)
+        assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+            f"error: {save} was trained with --epochs 1, --lr 0.01, and this run asks for --epochs 2, --lr 0.02: give "
+            "its settings to resume or report it, or another --work for these"), r.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["softmax-seed1"]
+    assert sorted(p.name for p in save.iterdir()) == ["settings.json"]
+    other = pt.parse_args(["--table", "mt", "--work", str(work), "--data", str(data), "--epochs", "3", "--average", "1"])
+    for row, settings in (("softmax", first), ("eva16", other)):
+        save = work / f"{row}-seed1"
+        save.mkdir(exist_ok=True)
+        pt.keep_settings(settings, save)
+        (save / "result.json").write_text(json.dumps({"bleu": 1.0, "sacrebleu": 1.0}))
+        (save / "trained.json").write_text(json.dumps({"params": 10}))
+    r = script("--table", "mt", "--work", work, "--report")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"error: {work}/eva16-seed1 was trained with --epochs 3, and {work}/softmax-seed1 with --epochs 1: one table "
+        "compares runs of one setting; report them from separate --work folders"), r.stderr
+
+
+def test_the_report_names_the_runs_present_and_claims_no_ordering_from_one_seed(tmp_path):
+    work = tmp_path / "w"
+    for row, seed, bleu in (("softmax", 4, 2.0), ("eva16", 4, 1.0), ("eva16", 5, 1.5)):
+        save = work / f"{row}-seed{seed}"
+        save.mkdir(parents=True)
+        (save / "result.json").write_text(json.dumps({"bleu": bleu, "sacrebleu": bleu}))
+        (save / "trained.json").write_text(json.dumps({"params": 10}))
+    r = script("--table", "mt", "--work", work, "--report")
+    assert r.returncode == 0, r.stderr
+    table = (work / "results.md").read_text()
+    assert "Runs: softmax (seed 4), eva16 (seeds 4, 5)." in table
+    assert ("One seed: no ordering claimed for softmax (a row with one seed has no spread; give more --seeds)."
+            in table)
+    assert "softmax > " not in table and "softmax ~ " not in table and "Apart by more" not in table
+
+
+def test_sigterm_stops_and_reaps_the_training_once_and_exits_as_terminated(tmp_path):
+    """SIGTERM while the driver waits for a training (a script that runs its own child, as the training scripts
+    run fairseq-hydra-train): both are stopped, each waited for once, and the driver exits with 128 + 15."""
+    pid_file = tmp_path / "pid"
+    code = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import long_context as lc; "
+            f"lc.stopping_cleanly(lambda: lc.run(['bash', '-c', 'sh -c \"echo $$ > {pid_file}; exec sleep 300\"; "
+            f"true'], None, {str(tmp_path / 'log')!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            time.sleep(0.1)
+        grandchild = int(pid_file.read_text())
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == "stopped by signal 15: run the same command again to resume"
+    for _ in range(100):  # the training's own child, stopped (reaped by its parent, or gone to init)
+        try:
+            state = open(f"/proc/{grandchild}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {grandchild} still runs")
 
 
 def test_language_model_tables_at_sample_scale_are_long_contexts_rows(tmp_path):

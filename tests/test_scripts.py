@@ -161,6 +161,23 @@ def test_eval_lm_failure_leaves_nothing_behind(tmp_path, data):
     assert r.returncode != 0 and not (tmp_path / "results").exists()  # an OUT it made goes too
 
 
+def test_eval_lm_into_an_out_folder_it_makes_exits_0(tmp_path, data):
+    """The table is written into a new OUT, which stays, and the script's status is its own, not its clean-up's
+    (fairseq-eval-lm is a stand-in that prints what it prints)."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "fairseq-eval-lm").write_text("#!/bin/sh\necho 'Loss (base 2): 3.0000, Perplexity: 8.00'\n")
+    (tools / "fairseq-eval-lm").chmod(0o755)
+    ckpt = tmp_path / "checkpoint_best.pt"
+    ckpt.write_text("x")
+    out = tmp_path / "new" / "results"
+    r = run(["bash", "scripts/eval_lm.sh", str(ckpt)], {"DATA": data, "NGPUS": "0", "CONTEXTS": "0", "SUBSETS": "test",
+                                                        "OUT": str(out), "PATH": f"{tools}{os.pathsep}{ENV['PATH']}"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f"results: {out}/ppl.tsv")
+    assert (out / "ppl.tsv").read_text().splitlines()[1] == "test\t0\t3.0000\t8.00"
+
+
 def test_eval_wmt14_refuses_a_reference_that_is_not_utf8(tmp_path, data):
     ref = tmp_path / "ref.de"
     ref.write_bytes(b"Gut.\nCaf\xe9\n")

@@ -135,7 +135,9 @@ def test_refuses_other_architecture(tmp_path):
 
 
 @pytest.mark.parametrize("content, says", [(b"hello\n", "is not a fairseq checkpoint ("), (b"", "is empty (0 bytes)"),
-                                           (torch.zeros(3), "is not a fairseq checkpoint (")], ids=["text", "empty", "a tensor"])
+                                           (torch.zeros(3), "is not a fairseq checkpoint ("),
+                                           (b"the 1234\n, 567\n", "is not a fairseq checkpoint (it is text")],
+                         ids=["text", "empty", "a tensor", "a dictionary"])
 def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, capsys, content, says):
     a = eva_checkpoint(tmp_path / "a.pt", 8, 2)
     other = tmp_path / "notes.pt"

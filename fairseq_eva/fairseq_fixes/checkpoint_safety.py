@@ -52,6 +52,8 @@ SAFE_GLOBALS = (argparse.Namespace,)
 # TypeError), a dict without fairseq's keys (KeyError).
 NOT_A_CHECKPOINT = (pickle.UnpicklingError, EOFError, KeyError, RuntimeError, TypeError, AttributeError, OSError)
 ZIP_MAGIC = b"PK\x03\x04"  # how every file torch.save writes (its zip format, torch >= 1.6) begins
+# how torch.save's legacy format (a pickle stream) begins: the PROTO opcode and a protocol torch.save can write
+PICKLE_MAGIC = tuple(bytes([pickle.PROTO[0], protocol]) for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1))
 
 
 class CheckpointError(UserError, pickle.UnpicklingError):
@@ -69,10 +71,30 @@ def is_cut_short(path):
     return begins and not zipfile.is_zipfile(path)
 
 
+def check_magic(path):
+    """CheckpointError naming `path` unless it begins as torch.save writes (its zip archive, or its legacy pickle
+    stream). Without it, torch's weights-only unpickler reads any other file as pickle opcodes: text beginning with
+    `a`, `e`, `t` or `r` (a dictionary, a log) ends in its own IndexError. An empty file is left to the load, which
+    calls it empty."""
+    with open(path, "rb") as f:
+        head = f.read(len(ZIP_MAGIC))
+    if not head or head.startswith(ZIP_MAGIC) or head.startswith(PICKLE_MAGIC):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            f.read(1 << 16)
+        what = "it is text"
+    except UnicodeDecodeError:
+        what = f"it begins with the bytes {head!r}"
+    raise CheckpointError(f"{path} is not a fairseq checkpoint ({what}, not a file that torch.save wrote)")
+
+
 def verify(path):
     """Check each part of torch.save's archive at `path` against the CRC-32 stored with it; CheckpointError naming
-    the file if one differs. Returns False where the file carries no CRC-32 to check: `note_unchecked` says so
-    once it has loaded (an empty file or one that is not a checkpoint fails to load, and gets only that error)."""
+    the file if one differs, or if it is not a file torch.save wrote (`check_magic`). Returns False where the file
+    carries no CRC-32 to check: `note_unchecked` says so once it has loaded (an empty file or one that is not a
+    checkpoint fails to load, and gets only that error)."""
+    check_magic(path)
     if is_cut_short(path):
         return True  # torch.load fails on it, and not_a_checkpoint says it is truncated
     if not zipfile.is_zipfile(path):

@@ -57,10 +57,16 @@ def _check_positions(args, plan, hydra, masked_lm, task):
     longest, (group, key) = longest_input(args, plan.role, masked_lm, task)
     if longest > options["max_positions"]:
         name = plan.option_name("max_positions", hydra)
+        skipped = ""
+        if key in ("max_source_positions", "max_target_positions") and get(args, "tokens_per_sample") is None:
+            skip = ("dataset.skip_invalid_size_inputs_valid_test=true" if hydra else
+                    "--skip-invalid-size-inputs-valid-test")  # translation: sentence pairs longer than that
+            skipped = (" (then fairseq-train skips the sentence pairs longer than that, and its validation and "
+                       f"fairseq-generate stop at the first one unless given {skip}, which skips them too)")
         raise AttentionOptionError(f"{name} ({options['max_positions']}) must be at least the model's longest input "
                                    f"({longest} positions): {plan.kind} attention has a column of its length projections "
                                    f"a position; give {name} {longest} or more, or {fairseq_option(group, key)} "
-                                   f"{options['max_positions']} or less")
+                                   f"{options['max_positions']} or less{skipped}")
 
 
 def check_plan(args, plan, hydra=False, masked_lm=False, task=None):
