@@ -884,7 +884,7 @@ def readme_translation_table():
 
     paper_table = script("paper_table")
     runs = paper_table.collect("mt", os.path.join(RESULTS, "translation_table"))
-    by_mean, apart, _ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
+    by_mean, apart, *_ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
     return f"- {by_mean}\n- {apart}"
 
 # --- the README's summaries: the sentences with numbers of its Results section, each from its record ---------------

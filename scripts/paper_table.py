@@ -345,14 +345,18 @@ def spread_text(values):
 
 def orderings(table, runs):
     """Sentences: the rows by their mean, and every pair whose seeds' ranges do not overlap (the one row's worst
-    seed better than the other's best), then those that do."""
+    seed better than the other's best), then those that do; a row of one seed has no spread, so no pair with it
+    is ordered (a last sentence names those pairs)."""
     name, higher = METRIC[table]
     scores = {row: [score(table, r["result"]) for r in rs] for row, rs in runs.items()}
     mean = {row: sum(v) / len(v) for row, v in scores.items()}
     order = sorted(mean, key=lambda row: -mean[row] if higher else mean[row])
-    apart, close = [], []
+    apart, close, alone = [], [], []
     for i, a in enumerate(order):
         for b in order[i + 1:]:
+            if min(len(scores[a]), len(scores[b])) < 2:
+                alone.append(f"{a} ? {b}")
+                continue
             worst_a = min(scores[a]) if higher else max(scores[a])
             best_b = max(scores[b]) if higher else min(scores[b])
             separated = worst_a > best_b if higher else worst_a < best_b
@@ -361,6 +365,8 @@ def orderings(table, runs):
              "Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
              + (", ".join(apart) if apart else "none") + ".",
              "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
+    if alone:
+        lines.append("Not ordered (a row of one seed has no spread): " + ", ".join(alone) + ".")
     return lines
 
 

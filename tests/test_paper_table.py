@@ -66,6 +66,15 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
     assert "x > y" in "\n".join(pt.orderings("mlm", lower))  # perplexity: lower is better
 
 
+def test_a_row_of_one_seed_is_ordered_against_no_row():
+    """One seed has no spread: however far apart the two scores, the rule claims no ordering."""
+    runs = {"a": [{"result": {"bleu": 9.0}}], "b": [{"result": {"bleu": 1.0}}],
+            "c": [{"result": {"bleu": b}} for b in (5.0, 5.1)], "d": [{"result": {"bleu": b}} for b in (2.0, 2.1)]}
+    by_mean, apart, close, alone = pt.orderings("mt", runs)
+    assert apart.endswith(": c > d.") and close.endswith(": none.")
+    assert alone == "Not ordered (a row of one seed has no spread): a ? c, a ? d, a ? b, c ? b, d ? b."
+
+
 @pytest.mark.parametrize("args, message", [
     (["--table", "mt", "--rows", "eva16,eva128"], "--rows: no mt row eva128; its rows: softmax, eva16"),
     (["--table", "mt", "--scale", "full"], "--scale full needs --data"),
