@@ -43,7 +43,9 @@ At the end (and with --report alone), DIR/results.md: one table, each row's mean
 seeds' range, the paper's number, parameters, updates and time; which rows' seed ranges do not overlap; and
 DIR/curves.png, validation loss against updates and against training time (CPU time at sample scale).
 --record FOLDER keeps what the table is made of (each run's command, curve and result, the table, the figure and
-a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/.
+a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/; it refuses a checkout
+whose tracked files have changed (the commit would not be what ran). Runs that take hours go from a clean clone
+at one commit: scripts/at_commit.sh COMMIT WORKDIR -- python scripts/paper_table.py ... --record FOLDER.
 """
 
 import argparse
@@ -333,6 +335,13 @@ def keep_record(work, record):
     json.dump(meta, open(os.path.join(record, "meta.json"), "w"), indent=1)
 
 
+def uncommitted():
+    """The repository's tracked files differ from its commit (False where git cannot tell)."""
+    r = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
 def score(table, result):
     return result["bleu"] if table == "mt" else result["ppl"]["480"] if table == "lm" else result["ppl"]
 
@@ -485,6 +494,9 @@ def parse_args(argv=None):
         p.error("--scale full needs --data, the binarised data of the table")
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
+    if args.record and uncommitted():
+        p.error("--record: this checkout's tracked files have uncommitted changes, so the record could not name the "
+                "commit that ran; commit them, or run from a clean clone at one commit (scripts/at_commit.sh)")
     return args
 
 

@@ -75,6 +75,28 @@ def test_a_row_of_one_seed_is_ordered_against_no_row():
     assert alone == "Not ordered (a row of one seed has no spread): a ? c, a ? d, a ? b, c ? b, d ? b."
 
 
+def test_a_record_is_refused_from_a_checkout_with_changes(tmp_path, monkeypatch, capsys):
+    """A record names the commit that ran: with changes to tracked files it would name another, so --record
+    refuses them (untracked files, the records and runs among them, do not count)."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "tracked").write_text("a\n")
+    git("add", "tracked")
+    git("commit", "-qm", "one")
+    (tmp_path / "untracked").write_text("")
+    monkeypatch.setattr(pt, "REPO", str(tmp_path))
+    args = ["--table", "mt", "--work", str(tmp_path / "w"), "--report", "--record", str(tmp_path / "r")]
+    assert not pt.uncommitted() and pt.parse_args(args).record
+    (tmp_path / "tracked").write_text("b\n")
+    with pytest.raises(SystemExit) as stop:
+        pt.parse_args(args)
+    assert stop.value.code == 2 and "scripts/at_commit.sh" in capsys.readouterr().err
+    assert pt.parse_args(args[:-2]).record is None
+
+
 @pytest.mark.parametrize("args, message", [
     (["--table", "mt", "--rows", "eva16,eva128"], "--rows: no mt row eva128; its rows: softmax, eva16"),
     (["--table", "mt", "--scale", "full"], "--scale full needs --data"),
