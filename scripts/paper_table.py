@@ -352,6 +352,14 @@ def spread_text(values):
     return f"{mean:.2f}" if min(values) == max(values) else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+def beyond_spread(a, b, higher):
+    """The rule of every ordering on the pages: the values of row a (one a seed) are all better than those of b
+    (its worst seed better than b's best); a row of one seed has no spread and is never apart."""
+    if min(len(a), len(b)) < 2:
+        return False
+    return min(a) > max(b) if higher else max(a) < min(b)
+
+
 def orderings(table, runs):
     """Sentences: the rows by their mean, and every pair whose seeds' ranges do not overlap (the one row's worst
     seed better than the other's best), then those that do; a row of one seed has no spread, so no pair with it
@@ -366,9 +374,7 @@ def orderings(table, runs):
             if min(len(scores[a]), len(scores[b])) < 2:
                 alone.append(f"{a} ? {b}")
                 continue
-            worst_a = min(scores[a]) if higher else max(scores[a])
-            best_b = max(scores[b]) if higher else min(scores[b])
-            separated = worst_a > best_b if higher else worst_a < best_b
+            separated = beyond_spread(scores[a], scores[b], higher)
             (apart if separated else close).append(f"{a} > {b}" if separated else f"{a} ~ {b}")
     lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + ".",
              "Apart by more than the seeds' spread (every seed of the first better than every seed of the second): "
