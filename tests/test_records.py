@@ -337,3 +337,15 @@ def test_a_hand_written_ordering_is_found():
         assert (sentence in hand_written_orderings(page)) == ordering, sentence
     page = PAGE.replace("<!-- results: learning-orderings -->", "<!-- results: learning-orderings -->\nEVA is first.")
     assert hand_written_orderings(page) == []  # inside a rendered block
+
+
+def test_the_pages_order_no_row_of_one_seed():
+    """The sentences rendered by the rule name a row of one seed as ordered against no row, however far off."""
+    from benchmarks import results_tables
+
+    text = results_tables.rule_sentence({"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.05, 2.2], "d": [9.0]})
+    assert text == "a below b and c; b and c within the spread; d (one seed) ordered against no row"
+    points = [(1, {"a": [1.0, 1.1], "b": [0.5, 0.6], "d": [3.0]}), (2, {"a": [1.0, 1.1], "b": [1.05, 1.2], "d": [3.0]}),
+              (3, {"a": [1.0, 1.1], "b": [2.0, 2.1], "d": [0.1]})]
+    assert results_tables.rule_over(points, "updates") == ("a below b from 3 updates on and b below a at 1 updates; "
+                                                           "d (one seed) ordered against no row")
