@@ -249,6 +249,36 @@ def training():
     return "\n".join(lines)
 
 
+def training_summary():
+    """EVA's median step time against softmax's in each setting of training.json, and the tokens/s ratio."""
+    rows = {(r["setting"], r["attention"]): r for r in load("training.json")["results"]}
+    settings = list(dict.fromkeys(setting for setting, _ in rows))
+
+    def step(setting):
+        return f"{rows[setting, 'eva']['step_s'] / rows[setting, 'softmax']['step_s']:.2f}x"
+
+    def rate(setting):
+        return f"{rows[setting, 'eva']['tokens_per_s'] / rows[setting, 'softmax']['tokens_per_s']:.2f}x"
+
+    labels = {"translation": "translation (sentences of a few dozen tokens)", "lm-128": "LM blocks of 128 tokens",
+              "lm-1024": "LM blocks of 1,024 tokens"}
+    return ("For the tiny configurations on the CPU, an EVA step takes " + listed(
+        [f"{step(s)} softmax's time in {labels.get(s, s)}" for s in settings]) + " (the median step), so EVA trains "
+        + listed([f"{rate(s)}" for s in settings]) + " softmax's target tokens a second. One timed run, no seeds.")
+
+
+def decoding_summaries():
+    """The size of causal EVA's chunk summaries in decoding.json: 2 (keys and values) x the chunks of the tokens
+    cached x d_model floats, where the tokens cached are the context and the timed tokens after it."""
+    record = load("decoding.json")
+    rows = [r for r in record["results"] if r["mechanism"] == "eva-causal"]
+    chunk, d_model, floats = 8, 512, 4  # causal EVA's chunk size, d_model and float32 of the run (the text below)
+    extra = {round(r["chunk_summary_bytes"] / (2 * d_model * floats) * chunk - r["context"]) for r in rows}
+    (timed,) = extra  # the same number of tokens beyond the context at every length
+    return (f"The summaries grow as 2 x (L + {timed}) / {chunk} x {d_model} floats at every context L of the record: "
+            f"the cache's largest size, after the {timed} timed tokens.")
+
+
 def busy_machine():
     """Training time of the README's LM command alone and beside another busy process (busy_machine/results.json)."""
     from benchmarks import busy_machine as bm
@@ -491,11 +521,17 @@ def cost_an_update(*path):
     return last["cpu_s"] / last["updates"]
 
 
+MLM_H200_UPDATES = (3000, 4750, 6250, 8750)  # the masked LM on an H200: the points of equal updates the page shows
+MLM_H200_ROWS = {"exact": [("mlm_h200_eva_exact", "mlm-exact-seed2")],
+                 "EVA": [("mlm_h200_eva_exact", "mlm-eva-32-16"), ("mlm_h200_eva_exact", "mlm-eva-32-16-seed2")],
+                 "local": [("mlm_h200_local", "mlm-local-32"), ("mlm_h200_local", "mlm-local-32-seed2")]}
+
+
 def mlm_h200():
     """valid_small perplexity at equal updates (the curve files, rounded once) and test, as benchmarks.mlm_table reads them."""
     from benchmarks import mlm_table
 
-    updates = (3000, 4750, 6250, 8750)
+    updates = MLM_H200_UPDATES
     rows = [("exact, seed 2", [("mlm_h200_eva_exact", "mlm-exact-seed2")]),
             ("EVA (32, 16)", [("mlm_h200_eva_exact", "mlm-eva-32-16"), ("mlm_h200_eva_exact", "mlm-eva-32-16-seed2")]),
             ("local (32)", [("mlm_h200_local", "mlm-local-32"), ("mlm_h200_local", "mlm-local-32-seed2")])]
@@ -646,9 +682,7 @@ def learning_summary():
                  f"| {fmt(group(tests, 'EVA'))} | {fmt(group(tests, 'local'))} | {cells[4]} ({cells[5]} over the seeds) "
                  f"| {ratio_span(sorted(costs))} local's (two seeds) |")
     # masked LM on an H200: test after the same wall-clock budget
-    runs = {"exact": [("mlm_h200_eva_exact", "mlm-exact-seed2")],
-            "eva": [("mlm_h200_eva_exact", "mlm-eva-32-16"), ("mlm_h200_eva_exact", "mlm-eva-32-16-seed2")],
-            "local": [("mlm_h200_local", "mlm-local-32"), ("mlm_h200_local", "mlm-local-32-seed2")]}
+    runs = {row.lower(): rs for row, rs in MLM_H200_ROWS.items()}
     test = {row: [load(*run, "test_ppl.json")["test"] for run in rs] for row, rs in runs.items()}
     mean = {row: sum(xs) / len(xs) for row, xs in test.items()}
     tokens = ", ".join(f"{curve(*run)[-1]['updates'] * 128 * 512 / 1e6:.0f}M" for run in runs["eva"])
@@ -878,13 +912,181 @@ def mlm_plateau_search():
     return "\n".join(lines) + f"\n\nCommand (the second setting): `{meta['command']}`."
 
 
+def rule_pairs(scores, higher=False):
+    """[(better, worse)] of the pairs of rows that the tables' rule orders (scripts/paper_table.py's beyond_spread:
+    every seed of one better than every seed of the other; never a row of one seed), from {row: [each seed's
+    value]}."""
+    from benchmarks.common import script
+
+    beyond = script("paper_table").beyond_spread
+    return [(a, b) for a in scores for b in scores if a != b and beyond(scores[a], scores[b], higher)]
+
+
+def rule_sentence(scores, higher=False):
+    """The rule's verdict on rows {name: [each seed's value]} as words: 'A below B and C; B and C within the
+    spread' (below: lower is better; above: higher), and the rows of one seed, which it orders against none."""
+    word = "above" if higher else "below"
+    pairs = rule_pairs(scores, higher)
+    single = [row for row, values in scores.items() if len(values) < 2]
+    mean = {row: sum(v) / len(v) for row, v in scores.items()}
+    order = sorted((row for row in scores if row not in single), key=lambda row: -mean[row] if higher else mean[row])
+    parts = [f"{a} {word} {listed([b for x, b in pairs if x == a])}" for a in order if any(x == a for x, _ in pairs)]
+    within = [f"{a} and {b}" for i, a in enumerate(order) for b in order[i + 1:]
+              if (a, b) not in pairs and (b, a) not in pairs]
+    if within:
+        parts.append(("every other pair" if parts and len(within) > 2 else listed(within)) + " within the spread")
+    if single:
+        parts.append(f"{listed(single)} (one seed) ordered against no row")
+    return "; ".join(parts)
+
+
+def rule_over(points, unit, higher=False):
+    """For each pair of rows, the points of [(point, {row: [each seed's value]})] at which the rule orders it: 'A
+    below B from P on' (at every point from P to the last), 'at P, Q', or within the spread at every point."""
+    single = [row for row in points[-1][1] if all(len(values[row]) < 2 for _, values in points)]
+    rows = [row for row in points[-1][1] if row not in single]
+    words = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            found = []
+            for x, y in ((a, b), (b, a)):
+                hits = [p for p, values in points if (x, y) in rule_pairs({x: values[x], y: values[y]}, higher)]
+                if hits and hits == [p for p, _ in points][-len(hits):]:
+                    found.append(f"{x} {'above' if higher else 'below'} {y} from {hits[0]:,} {unit} on")
+                elif hits:
+                    found.append(f"{x} {'above' if higher else 'below'} {y} at {listed([f'{h:,}' for h in hits])} "
+                                 f"{unit}")
+            words.append(" and ".join(found) if found else f"{a} and {b} within the spread at every point")
+    if single:
+        words.append(f"{listed(single)} (one seed) ordered against no row")
+    return "; ".join(words)
+
+
+def causal_lm_rule():
+    """The causal LM's exact, EVA and local rows (two seeds each) by the rule: at each point of equal updates and
+    of equal CPU time (valid_small), and on test at context 256 at the end."""
+    from benchmarks import lm_tables
+
+    curves = lm_tables.curves()
+
+    def by_row(values):
+        return {row: lm_tables.seeds(values, row) for row in ("exact", "EVA", "local")}
+
+    updates = [(u, by_row({n: lm_tables.at_updates(c, u) for n, c in curves.items()})) for u in lm_tables.UPDATES]
+    minutes = [(m, by_row({n: lm_tables.at_minutes(c, m) for n, c in curves.items()})) for m in lm_tables.MINUTES]
+    test = by_row({name: lm_tables.test_at(d, 180)["256"] for name, d in lm_tables.ROWS.items()})
+    return updates, minutes, test
+
+
+def causal_lm_orderings():
+    """The causal LM's orderings by the rule at each point of its two tables and on test."""
+    updates, minutes, test = causal_lm_rule()
+    return (f"- By the rule of the tables (every seed of one row below every seed of the other), valid_small perplexity "
+            f"at equal updates ({updates[0][0]:,} to {updates[-1][0]:,}): {rule_over(updates, 'updates')}.\n"
+            f"- At equal CPU time ({minutes[0][0]} to {minutes[-1][0]} minutes): {rule_over(minutes, 'minutes')}.\n"
+            f"- On test at context 256 after 180 CPU minutes: {rule_sentence(test)}.")
+
+
+def mlm_h200_rule(updates=MLM_H200_UPDATES):
+    """{row: [each seed's value]} of the masked LM on an H200 at each of `updates` (valid_small) and on test."""
+    from benchmarks import mlm_table
+
+    points = [(u, {row: [mlm_table.from_curve(*run)[u] for run in runs] for row, runs in MLM_H200_ROWS.items()})
+              for u in updates]
+    test = {row: [load(*run, "test_ppl.json")["test"] for run in runs] for row, runs in MLM_H200_ROWS.items()}
+    return points, test
+
+
+def mlm_h200_orderings():
+    """The masked LM on an H200 by the rule, at equal updates (valid_small) and on test."""
+    points, test = mlm_h200_rule()
+    return (f"- By the rule of the tables, valid_small perplexity at equal updates: {rule_over(points, 'updates')}; on "
+            f"test: {rule_sentence(test)}.")
+
+
+def learning_orderings():
+    """The learning section's answer as the rule orders it: the causal LM on test and at its last point of equal
+    updates, the masked LM on an H200 on test, EVA and local in the baselines' comparison on test, and recall."""
+    from benchmarks.common import script
+
+    updates, _, test = causal_lm_rule()
+    _, mlm_test = mlm_h200_rule()
+    small = {}
+    for (row, _), r in script("long_context").row_results(os.path.join(RESULTS, "baselines_small"), "lm").items():
+        if row in ("eva", "local"):
+            small.setdefault(BASELINE_NAMES[row], []).append(r["test"]["256"])
+    return "\n".join([
+        "By the rule of the tables (every seed of one row below every seed of the other in perplexity):", "",
+        f"- causal LM, test at context 256 after 180 CPU minutes: {rule_sentence(test)}.",
+        f"- causal LM, valid_small at {updates[-1][0]:,} updates: {rule_sentence(updates[-1][1])}.",
+        f"- masked LM on an H200, test: {rule_sentence(mlm_test)}.",
+        f"- the baselines' causal LM, test at context 256 after 10 CPU minutes: {rule_sentence(small)}.",
+        "- recall: exact and local attention have one seed each, which the rule orders against no row."])
+
+
+def translation_places():
+    """Each row of the translation table by the rule (test BLEU): the rows it is above and below beyond the
+    seeds' spread; the rest within it."""
+    from benchmarks.common import script
+
+    runs = script("paper_table").collect("mt", os.path.join(RESULTS, "translation_table"))
+    scores = {row: [r["result"]["bleu"] for r in rs] for row, rs in runs.items()}
+    pairs = rule_pairs(scores, higher=True)
+    lines = []
+    for row in scores:
+        above = [b for a, b in pairs if a == row]
+        below = [a for a, b in pairs if b == row]
+        within = [r for r in scores if r != row and r not in above + below]
+        parts = ([f"above {listed(above)}"] if above else []) + ([f"below {listed(below)}"] if below else [])
+        parts.append(f"within the spread of {listed(within)}" if within else "within the spread of no row")
+        lines.append(f"- {row}: " + "; ".join(parts) + ".")
+    return "By the rule of the tables, test BLEU at the demo's 8 epochs:\n\n" + "\n".join(lines)
+
+
+def baselines_orderings(task, record="baselines_small"):
+    """A baselines record by the rule: at the end of the CPU-time budget (validation and test), at equal CPU time
+    (each half budget) and at the most updates every run reached."""
+
+    def render():
+        from benchmarks.common import script
+
+        long_context = script("long_context")
+        rows = {}
+        for (row, _), r in long_context.row_results(os.path.join(RESULTS, record), task).items():
+            rows.setdefault(BASELINE_NAMES.get(row, row), []).append(r)
+        runs = [r for rs in rows.values() for r in rs]
+        common = max(u for u in {p["updates"] for p in runs[0]["curve"]}
+                     if all(any(p["updates"] == u for p in r["curve"]) for r in runs))
+        budget = min(r["budget"] for r in runs)
+        test_key = "256" if task == "lm" else "test"
+
+        def scores(value):
+            """{row: [value of each seed]}; a seed without a value there (its curve starts later) left out."""
+            found = {row: [v for v in map(value, rs) if v is not None] for row, rs in rows.items()}
+            return {row: values for row, values in found.items() if values}
+
+        minutes = [budget * k / 4 for k in (1, 2, 3)]
+        timed = [(f"{m:g} CPU minute{'' if m == 1 else 's'}", scores(lambda r, m=m: long_context.ppl_at_cpu(r["curve"], m * 60)))
+                 for m in minutes]
+        lines = [f"- By the rule of the tables (every seed of one row below every seed of the other), valid_small "
+                 f"perplexity after {budget:g} CPU minutes: {rule_sentence(scores(lambda r: r['last']['ppl']))}.",
+                 f"- Test perplexity{' at context 256' if task == 'lm' else ' on the masked tokens'} after {budget:g} "
+                 f"CPU minutes: {rule_sentence(scores(lambda r: r['test'][test_key]))}.",
+                 *(f"- At {label} (valid_small): {rule_sentence(v)}." for label, v in timed),
+                 f"- At {common:,} updates (valid_small): "
+                 f"{rule_sentence(scores(lambda r: next(p['ppl'] for p in r['curve'] if p['updates'] == common)))}."]
+        return "\n".join(lines)
+
+    return render
+
+
 def readme_translation_table():
     """The translation table's orderings at the sample's scale, as sentences (the table is on the results page)."""
     from benchmarks.common import script
 
     paper_table = script("paper_table")
     runs = paper_table.collect("mt", os.path.join(RESULTS, "translation_table"))
-    by_mean, apart, _ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
+    by_mean, apart, *_ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
     return f"- {by_mean}\n- {apart}"
 
 # --- the README's summaries: the sentences with numbers of its Results section, each from its record ---------------
@@ -994,6 +1196,14 @@ TABLES = {
     "demo": demo,
     "translation-table": translation_table,
     "readme-translation-table": readme_translation_table,
+    "translation-places": translation_places,
+    "causal-lm-orderings": causal_lm_orderings,
+    "mlm-h200-orderings": mlm_h200_orderings,
+    "learning-orderings": learning_orderings,
+    "baselines-orderings-lm": baselines_orderings("lm"),
+    "baselines-orderings-mlm": baselines_orderings("mlm"),
+    "training-summary": training_summary,
+    "decoding-summaries": decoding_summaries,
     "mlm-plateau-search": mlm_plateau_search,
     "baselines-small-lm": baselines_small("lm"),
     "baselines-small-mlm": baselines_small("mlm"),

@@ -51,7 +51,9 @@ runs found, one table, each row's mean over its seeds with the seeds' range, the
 updates and time; which rows' seed ranges do not overlap (none claimed for a row with one seed); and
 DIR/curves.png, validation loss against updates and against training time (CPU time at sample scale).
 --record FOLDER keeps what the table is made of (each run's command, curve and result, the table, the figure and
-a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/.
+a meta.json with the command, commit, date and machine), e.g. under benchmarks/results/; it refuses a checkout
+whose tracked files have changed (the commit would not be what ran). Runs that take hours go from a clean clone
+at one commit: scripts/at_commit.sh COMMIT WORKDIR -- python scripts/paper_table.py ... --record FOLDER.
 """
 
 import argparse
@@ -422,6 +424,13 @@ def keep_record(work, record):
     json.dump(meta, open(os.path.join(record, "meta.json"), "w"), indent=1)
 
 
+def uncommitted():
+    """The repository's tracked files differ from its commit (False where git cannot tell)."""
+    r = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
 def score(table, result):
     return result["bleu"] if table == "mt" else result["ppl"]["480"] if table == "lm" else result["ppl"]
 
@@ -432,32 +441,40 @@ def spread_text(values):
     return f"{mean:.2f}" if min(values) == max(values) else f"{mean:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def orderings(table, runs):
-    """Sentences: the rows by their mean, and every pair whose seeds' ranges do not overlap (the one row's worst
-    seed better than the other's best), then those that do. A row with one seed has no spread: no ordering is
-    claimed for it."""
+def beyond_spread(a, b, higher):
+    """The rule of every ordering on the pages: the values of row a (one a seed) are all better than those of b
+    (its worst seed better than b's best); a row of one seed has no spread and is never apart."""
+    if min(len(a), len(b)) < 2:
+        return False
+    return min(a) > max(b) if higher else max(a) < min(b)
+
+
+def orderings(table, runs, measure=None):
+    """Sentences: the rows by their mean; where two rows or more have several seeds, every pair of them whose
+    seeds' ranges do not overlap (the one row's worst seed better than the other's best), then those that do; a
+    row of one seed has no spread, so no pair with it is ordered (a last sentence names those pairs). `measure`
+    names what the scores are where it is not the table's own metric."""
     name, higher = METRIC[table]
+    name = measure or name
     scores = {row: [score(table, r["result"]) for r in rs] for row, rs in runs.items()}
     mean = {row: sum(v) / len(v) for row, v in scores.items()}
     order = sorted(mean, key=lambda row: -mean[row] if higher else mean[row])
-    single = [row for row in order if len(scores[row]) < 2]
-    spread = [row for row in order if row not in single]
-    lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + "."]
-    if single:
-        lines.append(f"One seed: no ordering claimed for {', '.join(single)} (a row with one seed has no spread; "
-                     "give more --seeds).")
-    if single and len(spread) < 2:
-        return lines
-    apart, close = [], []
-    for i, a in enumerate(spread):
-        for b in spread[i + 1:]:
-            worst_a = min(scores[a]) if higher else max(scores[a])
-            best_b = max(scores[b]) if higher else min(scores[b])
-            separated = worst_a > best_b if higher else worst_a < best_b
+    apart, close, alone = [], [], []
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            if min(len(scores[a]), len(scores[b])) < 2:
+                alone.append(f"{a} ? {b}")
+                continue
+            separated = beyond_spread(scores[a], scores[b], higher)
             (apart if separated else close).append(f"{a} > {b}" if separated else f"{a} ~ {b}")
-    return lines + ["Apart by more than the seeds' spread (every seed of the first better than every seed of the "
-                    "second): " + (", ".join(apart) if apart else "none") + ".",
-                    "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
+    lines = [f"By the mean {name} over seeds: " + ", ".join(f"{row} {mean[row]:.2f}" for row in order) + "."]
+    if apart or close:
+        lines += ["Apart by more than the seeds' spread (every seed of the first better than every seed of the "
+                  "second): " + (", ".join(apart) if apart else "none") + ".",
+                  "Within the spread (seed ranges overlap): " + (", ".join(close) if close else "none") + "."]
+    if alone:
+        lines.append("Not ordered (a row of one seed has no spread; give more --seeds): " + ", ".join(alone) + ".")
+    return lines
 
 
 def table_lines(table, scale, runs):
@@ -599,6 +616,9 @@ def parse_args(argv=None):
             what = "is not a folder" if not os.path.isdir(args.data) else "holds no binarised data (no dict.*.txt)"
             p.error(f"--data {args.data} {what}: give the DEST of data_prep/prepare_wmt14_en_de.sh (fairseq-preprocess's "
                     "--destdir), or leave --data out for the bundled sample")
+    if args.record and uncommitted():
+        p.error("--record: this checkout's tracked files have uncommitted changes, so the record could not name the "
+                "commit that ran; commit them, or run from a clean clone at one commit (scripts/at_commit.sh)")
     return args
 
 

@@ -68,6 +68,38 @@ def test_orderings_separate_rows_only_beyond_the_seeds_spread():
     assert "x > y" in "\n".join(pt.orderings("mlm", lower))  # perplexity: lower is better
 
 
+def test_a_row_of_one_seed_is_ordered_against_no_row():
+    """One seed has no spread: however far apart the two scores, the rule claims no ordering."""
+    runs = {"a": [{"result": {"bleu": 9.0}}], "b": [{"result": {"bleu": 1.0}}],
+            "c": [{"result": {"bleu": b}} for b in (5.0, 5.1)], "d": [{"result": {"bleu": b}} for b in (2.0, 2.1)]}
+    by_mean, apart, close, alone = pt.orderings("mt", runs)
+    assert apart.endswith(": c > d.") and close.endswith(": none.")
+    assert alone == ("Not ordered (a row of one seed has no spread; give more --seeds): a ? c, a ? d, a ? b, c ? b, "
+                     "d ? b.")
+
+
+def test_a_record_is_refused_from_a_checkout_with_changes(tmp_path, monkeypatch, capsys):
+    """A record names the commit that ran: with changes to tracked files it would name another, so --record
+    refuses them (untracked files, the records and runs among them, do not count)."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "tracked").write_text("a\n")
+    git("add", "tracked")
+    git("commit", "-qm", "one")
+    (tmp_path / "untracked").write_text("")
+    monkeypatch.setattr(pt, "REPO", str(tmp_path))
+    args = ["--table", "mt", "--work", str(tmp_path / "w"), "--report", "--record", str(tmp_path / "r")]
+    assert not pt.uncommitted() and pt.parse_args(args).record
+    (tmp_path / "tracked").write_text("b\n")
+    with pytest.raises(SystemExit) as stop:
+        pt.parse_args(args)
+    assert stop.value.code == 2 and "scripts/at_commit.sh" in capsys.readouterr().err
+    assert pt.parse_args(args[:-2]).record is None
+
+
 @pytest.mark.parametrize("args, message", [
     (["--table", "mt", "--rows", "eva16,eva128"], "--rows: no mt row eva128; its rows: softmax, eva16"),
     (["--table", "mt", "--scale", "full"], "--scale full needs --data"),
@@ -184,8 +216,7 @@ def test_the_report_names_the_runs_present_and_claims_no_ordering_from_one_seed(
     assert r.returncode == 0, r.stderr
     table = (work / "results.md").read_text()
     assert "Runs: softmax (seed 4), eva16 (seeds 4, 5)." in table
-    assert ("One seed: no ordering claimed for softmax (a row with one seed has no spread; give more --seeds)."
-            in table)
+    assert "Not ordered (a row of one seed has no spread; give more --seeds): eva16 ? softmax." in table
     assert "softmax > " not in table and "softmax ~ " not in table and "Apart by more" not in table
 
 

@@ -291,3 +291,61 @@ def test_a_number_typed_from_memory_is_found():
     claim = "EVA is 7.7x faster than SDPA ([more](docs/results.md#how-fast-and-how-much-memory-on-a-cpu)).\n"
     readme = (REPO / "README.md").read_text(encoding="utf-8").replace("\n## Results\n", "\n## Results\n\n" + claim)
     assert [n for n, _ in untraced_numbers(readme, PAGE, own_blocks_only=True)] == ["7.7"]
+
+
+# A sentence that orders rows: a row's name, then in the same clause a word that orders ("EVA is below local").
+ROW_NAMES = r"\b(?:EVA|softmax|exact|local|Performer|LARA|RFA|ELU|T2R|Combiner|Linformer|Reformer|Transformer-LS)\b"
+ORDERING_WORDS = (r"\b(?:ahead|behind|beats?|lowest|highest|last|first|closer|closest|above|below|leads?|better|worse|"
+                  r"best|worst|lower|higher)\b")
+ORDERING = re.compile(ROW_NAMES + r"[^.;:]*?" + ORDERING_WORDS, re.I)
+# What a hand-written sentence may say of an ordering: that the rows are within the spread, or that a row of one
+# seed (no spread) is ordered by nothing; every other ordering is rendered from the records by the rule.
+NOT_ORDERED = re.compile(r"within [\w' ]*spread|no spread|the rule orders (?:neither|none|nothing|\w+ against no row)|"
+                         r"against no row", re.I)
+
+
+def hand_written_orderings(text):
+    """The sentences of a page's prose (outside the generated blocks, code, tables, headings and links' text;
+    questions aside) that order rows and do not say they are within the spread."""
+    lines = [line for line in lines_outside_blocks(text) if not line.startswith(("|", "    ", "#"))]
+    prose = re.sub(r"`[^`]*`", "", "\n".join(lines))
+    prose = re.sub(r"\[[^\]]*\]\([^)]*\)", "", prose).replace("**", "")
+    found = []
+    for paragraph in re.split(r"\n\s*\n", prose):
+        for sentence in re.split(r"(?<=[.?!])\s+|\n- ", paragraph.replace("\n", " ")):
+            if not sentence.strip().endswith("?") and ORDERING.search(sentence) and not NOT_ORDERED.search(sentence):
+                found.append(sentence.strip())
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_every_ordering_of_rows_is_rendered_by_the_rule(page):
+    """A sentence that orders rows ("ahead", "below", "lowest", "last", "closer", ...) stands only inside a
+    `<!-- results: NAME -->` block, where benchmarks/results_tables.py renders it from the records by the rule
+    of the tables (scripts/paper_table.py's beyond_spread: every seed of one row better than every seed of the
+    other, never a row of one seed), or says that the rows are within the spread."""
+    assert hand_written_orderings((REPO / page).read_text(encoding="utf-8")) == []
+
+
+def test_a_hand_written_ordering_is_found():
+    typed = {"Softmax is last here.": True, "EVA has the lowest validation perplexity at equal updates.": True,
+             "On test local attention is ahead of it.": True, "EVA and local are within the spread.": False,
+             "Both translate; one seed each has no spread to order them by.": False,
+             "Does EVA beat the paper's baselines?": False}
+    for sentence, ordering in typed.items():
+        page = PAGE.replace("\n## Decoding\n", f"\n## Decoding\n\n{sentence}\n")
+        assert (sentence in hand_written_orderings(page)) == ordering, sentence
+    page = PAGE.replace("<!-- results: learning-orderings -->", "<!-- results: learning-orderings -->\nEVA is first.")
+    assert hand_written_orderings(page) == []  # inside a rendered block
+
+
+def test_the_pages_order_no_row_of_one_seed():
+    """The sentences rendered by the rule name a row of one seed as ordered against no row, however far off."""
+    from benchmarks import results_tables
+
+    text = results_tables.rule_sentence({"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.05, 2.2], "d": [9.0]})
+    assert text == "a below b and c; b and c within the spread; d (one seed) ordered against no row"
+    points = [(1, {"a": [1.0, 1.1], "b": [0.5, 0.6], "d": [3.0]}), (2, {"a": [1.0, 1.1], "b": [1.05, 1.2], "d": [3.0]}),
+              (3, {"a": [1.0, 1.1], "b": [2.0, 2.1], "d": [0.1]})]
+    assert results_tables.rule_over(points, "updates") == ("a below b from 3 updates on and b below a at 1 updates; "
+                                                           "d (one seed) ordered against no row")

@@ -256,3 +256,24 @@ def test_a_copied_script_without_the_plugin_beside_it_stops_with_one_line(tmp_pa
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr == (f"error: no fairseq_eva plugin at '{tmp_path}/fairseq_eva' (the --user-dir the scripts "
                         "pass): run the scripts from the repository's scripts/ folder\n")
+
+
+def test_a_run_at_a_commit_is_a_clean_clone_at_it(tmp_path):
+    """scripts/at_commit.sh runs the command in a clone at the commit given and names that commit; the same folder
+    is used again for a resumed run, and a clone whose tracked files have changed is refused, by it and by
+    paper_table.py's --record (whose meta.json would name a commit that did not run)."""
+    head = run(["git", "rev-parse", "HEAD"]).stdout.strip()
+    work = tmp_path / "run"
+    command = ["bash", "scripts/at_commit.sh", "--no-setup", "HEAD", str(work), "--"]
+    for _ in range(2):  # a new clone, then the same one again
+        r = run(command + ["git", "rev-parse", "HEAD"])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["commit", head, head]
+        assert (work / "commit.txt").read_text().strip() == head
+    (work / "README.md").write_text("changed\n")
+    r = run(command + ["true"])
+    assert r.returncode == 1 and "has changes to its tracked files" in r.stderr, r.stderr
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "file").write_text("")
+    r = run(["bash", "scripts/at_commit.sh", "--no-setup", "HEAD", str(tmp_path / "other"), "--", "true"])
+    assert r.returncode == 1 and "exists and is not a clone" in r.stderr, r.stderr
