@@ -216,7 +216,7 @@ def test_the_report_names_the_runs_present_and_claims_no_ordering_from_one_seed(
     assert r.returncode == 0, r.stderr
     table = (work / "results.md").read_text()
     assert "Runs: softmax (seed 4), eva16 (seeds 4, 5)." in table
-    assert "Not ordered (a row of one seed has no spread; give more --seeds): eva16 ? softmax." in table
+    assert "Not ordered (a row of one seed has no spread; give more --seeds): softmax ? eva16." in table
     assert "softmax > " not in table and "softmax ~ " not in table and "Apart by more" not in table
 
 
