@@ -13,8 +13,6 @@ import functools
 
 import numpy as np
 
-from .wrap_once import wrap_once
-
 
 def _keep_last_batch(batch_by_size):
     @functools.wraps(batch_by_size)
@@ -27,9 +25,3 @@ def _keep_last_batch(batch_by_size):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's batch_by_size (idempotent)."""
-    from fairseq.data import data_utils
-
-    wrap_once(data_utils, "batch_by_size", _keep_last_batch)

@@ -24,9 +24,7 @@ import os
 from argparse import Namespace
 
 from ..errors import UserError, option, under_hydra
-from .wrap_once import wrap_once
-
-_loading_into = []  # the trainers whose load_checkpoint is running
+from .state import loading_into, trainer_loading
 
 
 def model_record(model_cfg):
@@ -89,11 +87,8 @@ def check_same_attention(path, state, model_cfg, save_dir):
 def _noting_trainer(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(self, *args, **kwargs):
-        _loading_into.append(self)
-        try:
+        with loading_into(self):
             return load_checkpoint(self, *args, **kwargs)
-        finally:
-            _loading_into.pop()
 
     return wrapper
 
@@ -101,19 +96,11 @@ def _noting_trainer(load_checkpoint):
 def _comparing(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, *args, **kwargs):
-        state = load_checkpoint_to_cpu(path, *args, **kwargs)
-        if _loading_into:
-            trainer = _loading_into[-1]
-            check_same_attention(path, state, trainer.cfg.model, trainer.cfg.checkpoint.save_dir)
-        return state
+        loaded = load_checkpoint_to_cpu(path, *args, **kwargs)
+        trainer = trainer_loading()
+        if trainer is not None:
+            check_same_attention(path, loaded, trainer.cfg.model, trainer.cfg.checkpoint.save_dir)
+        return loaded
 
     return wrapper
 
-
-def install():
-    """Compare each checkpoint that a trainer loads with its model (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
-    wrap_once(Trainer, "load_checkpoint", _noting_trainer)
-    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _comparing)

@@ -26,7 +26,6 @@ import shutil
 import sys
 
 from ..errors import UserError
-from .wrap_once import wrap_once
 
 
 def missing_folders(path):
@@ -104,11 +103,3 @@ def _no_crash_file_for_user_errors(save_checkpoint):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's verify_checkpoint_directory and Trainer.save_checkpoint (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
-    wrap_once(checkpoint_utils, "verify_checkpoint_directory", _cleaned_up)
-    wrap_once(Trainer, "save_checkpoint", _no_crash_file_for_user_errors)

@@ -13,8 +13,6 @@ resume at an epoch's end.
 
 import functools
 
-from .wrap_once import wrap_once
-
 
 def _keep_wall_start(load_checkpoint):
     @functools.wraps(load_checkpoint)
@@ -30,9 +28,3 @@ def _keep_wall_start(load_checkpoint):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's Trainer.load_checkpoint (idempotent)."""
-    from fairseq.trainer import Trainer
-
-    wrap_once(Trainer, "load_checkpoint", _keep_wall_start)

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..errors import FP16Error, under_hydra
 from ..fairseq_fixes.distributed import check_launch
-from ..fairseq_fixes.model_fit import building_from_checkpoint
+from ..fairseq_fixes.state import building_from_checkpoint
 from ..modules.options import (
     EVA_LAYER,
     EVAOptionError,
