@@ -134,7 +134,7 @@ def build_on_meta(cfg):
     """(the task, the model on the meta device, {id(attention module): (mechanism, causal, options)})."""
     from fairseq import tasks
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     task = tasks.setup_task(cfg.task)
     built = {}

@@ -443,7 +443,7 @@ def approximation_errors(checkpoint, data, subset, num_blocks, length):
     import torch
     from fairseq import checkpoint_utils
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     sys.path.insert(0, HERE)
     import lm_diagnostics

@@ -11,7 +11,7 @@ is refused.
 A file that is not a fairseq checkpoint (or holds such an object) raises `CheckpointError`, which says so
 and names the file, instead of torch's message, which suggests loading with `weights_only=False` (that
 would run whatever code the file holds); an empty file, or one that begins as torch.save's zip archive but
-lacks its end, is called empty or truncated (a full disk, a run killed while writing it). `install` also
+lacks its end, is called empty or truncated (a full disk, a run killed while writing it). The plugin also
 makes fairseq's own loader (`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate,
 fairseq-eval-lm, the hub, ...) raise it.
 
