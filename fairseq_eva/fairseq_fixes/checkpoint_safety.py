@@ -126,7 +126,9 @@ def not_a_checkpoint(path, error):
 
 def load(path):
     """torch.load(path, weights_only=True) of a fairseq checkpoint (a dict with a 'model' state dict);
-    CheckpointError naming the file otherwise, or if its bytes changed since it was written."""
+    CheckpointError naming the file otherwise, or if its bytes changed since it was written. (Also without the
+    plugin, as scripts/average_checkpoints.py loads: the types fairseq's checkpoints need are allowed first.)"""
+    allow_fairseq_types()
     checked = verify(path) if os.path.isfile(path) else True
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
