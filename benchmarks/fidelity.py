@@ -93,7 +93,7 @@ def build_on_meta(cfg):
     """(the task, the model on the meta device, {id(attention module): (mechanism, causal, options)})."""
     from fairseq import tasks
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     task = tasks.setup_task(cfg.task)
     no_init = lambda module: None  # noqa: E731  (RoBERTa's init copies through the CPU: meta tensors have no data)

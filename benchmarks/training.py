@@ -58,7 +58,7 @@ def dictionary(corpora, size):
 def build(fairseq_args, data_dir):
     from fairseq import options, tasks
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     parser = options.get_training_parser()
     user_dir = os.path.join(REPO, "fairseq_eva")

@@ -1,49 +1,23 @@
-"""fairseq-eva: EVA attention as a fairseq plugin (`--user-dir fairseq_eva`).
+"""fairseq-eva: EVA attention in plain PyTorch, and as a fairseq plugin (`--user-dir fairseq_eva`).
 
-Three parts:
-- `attention`: the EVA core in plain PyTorch (and its kernels); it imports nothing from fairseq.
-- `modules`, `models`, `criterions`: the fairseq adapters (fairseq's MultiheadAttention calling convention, the
-  architectures, the `adaptive_loss_fp32_sum` criterion the language-model configs use).
-- `fairseq_fixes`: workarounds for fairseq 0.12 with this torch and hydra, each saying what it fixes.
+Two parts:
+- `attention`: the core (EVAAttention, the baselines of its registry, the kernels), plain PyTorch. Importing it,
+  or anything of the package, changes nothing outside the package, whether fairseq is installed or not.
+- the plugin (`plugin`): `modules`, `models`, `criterions` (fairseq's calling convention, the architectures, the
+  `adaptive_loss_fp32_sum` criterion), `fairseq_fixes` (workarounds for fairseq 0.12 with this torch and hydra)
+  and `errors` (a mistake in what the user gave stops a fairseq tool with one line).
 
-When fairseq is importable, importing the package installs the workarounds, registers the models, architectures
-and criterion, and makes a mistake in what the user gave (a bad option, a file that is not a checkpoint) stop a
-fairseq tool with one line (`errors`).
+Importing any module of the package runs this file first, so this file alone decides whether the plugin installs:
+it does when fairseq is already imported. fairseq's tools import fairseq before they import `--user-dir
+fairseq_eva` (or `common.user_dir`), and the hub before it imports the user dir that a checkpoint names; a program
+that uses the core alone never imports fairseq. From Python, `import fairseq_eva.plugin` installs the plugin
+whatever was imported before (needed where the core was imported first: the package is then already imported,
+and fairseq does not import it again).
 """
 
-import contextlib
-import importlib.util
-import logging
 import sys
 
 from .attention import EVAAttention  # noqa: F401
 
-
-@contextlib.contextmanager
-def _fairseq_imported_quietly():
-    """fairseq's import configures the caller's logging: its speech tasks and fairseq_cli's modules call
-    logging.basicConfig (the root logger at INFO or DEBUG, with a handler), and one task says at INFO that
-    tensorboardX, which only that task uses, is missing. A library's import should neither print nor configure
-    logging, so the root logger is left as it was. Under fairseq's own tools fairseq is imported (and logs)
-    before the plugin: nothing changes."""
-    if "fairseq" in sys.modules:
-        yield
-        return
-    root, speech = logging.getLogger(), logging.getLogger("fairseq.tasks.text_to_speech")
-    handlers, level = list(root.handlers), root.level
-    speech.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        speech.setLevel(logging.NOTSET)
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-if importlib.util.find_spec("fairseq") is not None:
-    with _fairseq_imported_quietly():  # the fixes import parts of fairseq_cli, which configure logging too
-        from . import criterions, fairseq_fixes, models  # noqa: F401
-        from .errors import report_user_errors
-
-        fairseq_fixes.install()
-        report_user_errors()
+if sys.modules.get("fairseq") is not None:
+    from . import plugin  # noqa: F401

@@ -126,6 +126,7 @@ def layer_inputs(model, src):
 def checkpoint_report(path, data, subset, num_blocks, window):
     from fairseq import checkpoint_utils
 
+    import fairseq_eva.plugin  # noqa: F401  (registers the models, loads checkpoints weights-only)
     from fairseq_eva.attention import EVAAttention
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})

@@ -494,7 +494,7 @@ def approximation_errors(checkpoint, data, subset, num_blocks, length):
     import torch
     from fairseq import checkpoint_utils
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     sys.path.insert(0, HERE)
     import lm_diagnostics
@@ -721,45 +721,59 @@ def train_worker(argv):
     $LONG_CONTEXT_CURVE. On the CPU (--cpu) its --stop-time-hours and training seconds count this process's
     CPU time, fair to rows on a loaded machine; on a GPU they stay fairseq's own wall-clock time, since a GPU
     process's CPU time measures its launches and waits rather than its work."""
-    import fairseq_cli.train as fairseq_train
-    from fairseq.trainer import Trainer
+    import fairseq_cli.train as fairseq_train  # first: it sets up fairseq's log format
 
-    if "--cpu" in argv:
-        count_cpu_time(Trainer)
-    validate = fairseq_train.validate
+    fixes = fairseq_fixes()
 
-    def recording_validate(cfg, trainer, task, epoch_itr, subsets):
-        losses = validate(cfg, trainer, task, epoch_itr, subsets)
-        with open(os.environ["LONG_CONTEXT_CURVE"], "a") as f:  # fairseq's valid loss is in base 2
-            f.write(json.dumps({"cpu_s": trainer.cumulative_training_time(), "updates": trainer.get_num_updates(),
-                                "ppl": 2 ** losses[0]}) + "\n")
-        return losses
+    def recording_validate(validate):
+        @functools.wraps(validate)
+        def wrapper(cfg, trainer, task, epoch_itr, subsets):
+            losses = validate(cfg, trainer, task, epoch_itr, subsets)
+            with open(os.environ["LONG_CONTEXT_CURVE"], "a") as f:  # fairseq's valid loss is in base 2
+                f.write(json.dumps({"cpu_s": trainer.cumulative_training_time(), "updates": trainer.get_num_updates(),
+                                    "ppl": 2 ** losses[0]}) + "\n")
+            return losses
 
-    fairseq_train.validate = recording_validate
+        return wrapper
+
+    clock = cpu_clock(fixes.Wrap) if "--cpu" in argv else ()
+    fixes.install(extra=[*clock, fixes.Wrap("fairseq_cli.train.validate", recording_validate, "long_context")])
     sys.argv = ["fairseq-train", *argv]
     fairseq_train.cli_main()
 
 
-def count_cpu_time(Trainer):
-    """Make fairseq's training time (its --stop-time-hours, kept in checkpoints) this process's CPU time."""
+def fairseq_fixes():
+    """fairseq_eva.fairseq_fixes of this repository, the plugin the workers load (--user-dir): imported once fairseq
+    is, it installs the plugin, and its `install(extra=...)` wraps fairseq's functions for a worker."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from fairseq_eva import fairseq_fixes
+
+    return fairseq_fixes
+
+
+def cpu_clock(Wrap):
+    """The rows that make fairseq's training time (its --stop-time-hours, kept in checkpoints) this process's CPU
+    time: the clock starts when the trainer is built and again after it loads a checkpoint."""
 
     def cpu_time(self):
         return time.process_time() - self._cpu_start + self._previous_training_time
 
-    init = Trainer.__init__
+    def starting_clock(method):
+        @functools.wraps(method)
+        def wrapper(self, *a, **k):
+            out = method(self, *a, **k)
+            self._cpu_start = time.process_time()
+            return out
 
-    def patched_init(self, *a, **k):
-        init(self, *a, **k)
-        self._cpu_start = time.process_time()
+        return wrapper
 
-    load = Trainer.load_checkpoint
+    def counting_cpu_time(_local_cumulative_training_time):
+        return cpu_time
 
-    def patched_load(self, *a, **k):
-        out = load(self, *a, **k)
-        self._cpu_start = time.process_time()
-        return out
-
-    Trainer.__init__, Trainer.load_checkpoint, Trainer._local_cumulative_training_time = patched_init, patched_load, cpu_time
+    return (Wrap("fairseq.trainer.Trainer.__init__", starting_clock, "cpu_clock"),
+            Wrap("fairseq.trainer.Trainer.load_checkpoint", starting_clock, "cpu_clock"),
+            Wrap("fairseq.trainer.Trainer._local_cumulative_training_time", counting_cpu_time, "cpu_clock"))
 
 
 def seed_list(parser, text):

@@ -44,7 +44,7 @@ def masked_nll(model, src, tgt, pad, batch_blocks):
 def checkpoint_row(path, data, subset, num_blocks, seed, batch_blocks):
     from fairseq import checkpoint_utils
 
-    import fairseq_eva  # noqa: F401  (registers the models the checkpoints name)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models the checkpoints name)
 
     state = checkpoint_utils.load_checkpoint_to_cpu(path, {"data": data})  # read once: the model and its updates
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)

@@ -58,6 +58,7 @@ at one commit: scripts/at_commit.sh COMMIT WORKDIR -- python scripts/paper_table
 
 import argparse
 import concurrent.futures
+import functools
 import glob
 import json
 import os
@@ -253,20 +254,23 @@ def evaluate_mt(args, data, save, env, n_avg):
 def train_worker(argv):
     """fairseq-hydra-train whose training time (and --stop-time-hours) is this process's CPU time, recording
     (updates, CPU seconds, valid loss and nll_loss, base 2) at each validation in $PAPER_TABLE_CURVE."""
-    import fairseq_cli.train as fairseq_train
-    from fairseq.trainer import Trainer
+    import fairseq_cli.train  # noqa: F401  (first: it sets up fairseq's log format)
 
-    long_context.count_cpu_time(Trainer)
-    valid_stats = fairseq_train.get_valid_stats
+    fixes = long_context.fairseq_fixes()
 
-    def recording_valid_stats(cfg, trainer, *rest):
-        stats = valid_stats(cfg, trainer, *rest)
-        with open(os.environ["PAPER_TABLE_CURVE"], "a") as f:
-            f.write(json.dumps({"updates": trainer.get_num_updates(), "cpu_s": trainer.cumulative_training_time(),
-                                "loss": float(stats["loss"]), "nll_loss": float(stats.get("nll_loss", "nan"))}) + "\n")
-        return stats
+    def recording_valid_stats(get_valid_stats):
+        @functools.wraps(get_valid_stats)
+        def wrapper(cfg, trainer, *rest):
+            stats = get_valid_stats(cfg, trainer, *rest)
+            with open(os.environ["PAPER_TABLE_CURVE"], "a") as f:
+                f.write(json.dumps({"updates": trainer.get_num_updates(), "cpu_s": trainer.cumulative_training_time(),
+                                    "loss": float(stats["loss"]), "nll_loss": float(stats.get("nll_loss", "nan"))}) + "\n")
+            return stats
 
-    fairseq_train.get_valid_stats = recording_valid_stats
+        return wrapper
+
+    fixes.install(extra=[*long_context.cpu_clock(fixes.Wrap),
+                         fixes.Wrap("fairseq_cli.train.get_valid_stats", recording_valid_stats, "paper_table")])
     from fairseq_cli import hydra_train
 
     sys.argv = ["fairseq-hydra-train", *argv]

@@ -132,7 +132,7 @@ def recall_perplexity(checkpoint, bin_dir, split, num_blocks, drop_chunks=False)
     from fairseq import checkpoint_utils
     from fairseq.data import indexed_dataset
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
     from fairseq_eva.attention import EVAAttention
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": bin_dir})

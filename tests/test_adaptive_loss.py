@@ -16,7 +16,7 @@ from fairseq.criterions.adaptive_loss import AdaptiveLoss  # noqa: E402
 from fairseq.modules import AdaptiveSoftmax  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the criterion)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the criterion)
 from fairseq_eva.criterions.adaptive_loss import AdaptiveLossFP32Sum  # noqa: E402
 from fairseq_eva.errors import UserError  # noqa: E402
 

@@ -11,7 +11,7 @@ pytest.importorskip("fairseq")
 
 import torch  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401 (checkpoints load weights-only with its safe globals)
+import fairseq_eva.plugin  # noqa: E402,F401 (checkpoints load weights-only with its safe globals)
 from fairseq_helpers import USER_DIR, json_records, last_line, lm_data, run_jobs  # noqa: E402
 
 T2R_DEFAULT_CHANGED = """

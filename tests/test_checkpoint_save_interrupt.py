@@ -15,7 +15,7 @@ pytest.importorskip("fairseq")
 from fairseq import checkpoint_utils  # noqa: E402
 from fairseq.file_io import PathManager  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (installs the atomic copy)
+import fairseq_eva.plugin  # noqa: E402,F401  (installs the atomic copy)
 from fairseq_eva.fairseq_fixes import checkpoint_safety  # noqa: E402
 
 

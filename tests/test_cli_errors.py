@@ -118,7 +118,7 @@ def mistakes(trained, tmp_path_factory):
 
 def hub(folder, name, data, plugin=True):
     """Python code that loads a language model through fairseq's hub interface."""
-    return ("import fairseq_eva\n" if plugin else "") + (
+    return ("import fairseq_eva.plugin\n" if plugin else "") + (
         "from fairseq.models.transformer_lm import TransformerLanguageModel\n"
         f"TransformerLanguageModel.from_pretrained({str(folder)!r}, {name!r}, {str(data)!r})")
 

@@ -156,7 +156,7 @@ def dicts(tmp_path_factory):
 def test_config_builds_its_model(name, dicts):
     from fairseq import tasks
 
-    import fairseq_eva  # noqa: F401  (registers the models)
+    import fairseq_eva.plugin  # noqa: F401  (registers the models)
 
     family = name.split("_")[0]
     cfg = compose(name, [f"task.data={dicts}", *TINY[family]])

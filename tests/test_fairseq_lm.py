@@ -12,7 +12,7 @@ pytest.importorskip("fairseq")
 
 from fairseq import checkpoint_utils  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the models, for loading a checkpoint in this process)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the models, for loading a checkpoint in this process)
 from fairseq_helpers import FIXTURES, USER_DIR, is_finite, json_records, lm_data, run  # noqa: E402
 
 UPDATES = 16

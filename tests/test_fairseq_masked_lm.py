@@ -10,7 +10,7 @@ pytest.importorskip("fairseq")
 import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the models, for loading the checkpoint in this process)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the models, for loading the checkpoint in this process)
 from fairseq_helpers import REPO, USER_DIR, is_finite, json_records, lm_data, run, script_module  # noqa: E402
 
 UPDATES = 12

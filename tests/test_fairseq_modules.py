@@ -16,7 +16,7 @@ from fairseq.data import Dictionary  # noqa: E402
 from fairseq.modules import MultiheadAttention  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the models)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the models)
 from fairseq_eva.attention import EVAAttention  # noqa: E402
 from fairseq_eva.models.roberta_eva import RobertaEVAModel  # noqa: E402
 from fairseq_eva.models.transformer_eva import TransformerEVAModel  # noqa: E402

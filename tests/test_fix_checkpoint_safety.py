@@ -13,7 +13,7 @@ pytest.importorskip("fairseq")
 
 from fairseq import checkpoint_utils  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the safe globals)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the safe globals)
 from fairseq_eva.fairseq_fixes import checkpoint_safety  # noqa: E402
 from fairseq_eva.fairseq_fixes.checkpoint_safety import SAFE_GLOBALS, CheckpointError  # noqa: E402
 from fairseq_helpers import USER_DIR, lm_data, run  # noqa: E402

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """
 import sys, torch
 if sys.argv[1] == "plugin":
-    import fairseq_eva  # noqa: F401
+    import fairseq_eva.plugin  # noqa: F401
 from fairseq.data import iterators
 
 class Batches:

@@ -24,7 +24,7 @@ pytest.importorskip("fairseq")
 
 from fairseq.file_io import PathManager  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
+import fairseq_eva.plugin  # noqa: E402,F401  (makes fairseq's checkpoint copies atomic)
 from fairseq_eva.errors import UserError  # noqa: E402
 from fairseq_eva.fairseq_fixes import checkpoint_safety  # noqa: E402
 from fairseq_eva.fairseq_fixes.distributed import check_launch, launch_options  # noqa: E402

@@ -12,7 +12,7 @@ pytest.importorskip("fairseq")
 from fairseq import options  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 
-import fairseq_eva  # noqa: E402,F401  (registers the models)
+import fairseq_eva.plugin  # noqa: E402,F401  (registers the models)
 from fairseq_eva.fairseq_fixes.harmless_warnings import install as ignore_harmless_warnings  # noqa: E402
 
 EXPECTED = ("hydra.experimental.initialize() is no longer experimental", "version_base parameter is not specified",

@@ -44,9 +44,9 @@ logging.getLogger("fairseq_cli.train").info("an INFO line of the training loop")
 def test_importing_the_plugin_prints_nothing_and_registers_everything():
     assert TENSORBOARDX in python("import fairseq")  # what fairseq prints without the plugin
     assert python("from fairseq_eva.attention import EVAAttention") == ""
-    unconfigured = "import logging, fairseq_eva; root = logging.getLogger(); print(root.handlers, root.level)"
+    unconfigured = "import logging, fairseq_eva.plugin; root = logging.getLogger(); print(root.handlers, root.level)"
     assert python(unconfigured) == "[] 30\n"  # fairseq's import configured the root logger (DEBUG, stderr)
-    out = python("import fairseq_eva" + AFTER_IMPORT)
+    out = python("import fairseq_eva.plugin" + AFTER_IMPORT)
     lines = out.splitlines()
     assert TENSORBOARDX not in out and "an INFO line of FairseqTask" not in out, out
     for kept in ("another line of that task", "a warning of FairseqTask", "an INFO line of the training loop"):
@@ -55,7 +55,7 @@ def test_importing_the_plugin_prints_nothing_and_registers_everything():
 
 HUB = """
 import logging, sys
-import fairseq_eva
+import fairseq_eva.plugin
 from fairseq.models.transformer import TransformerModel
 logging.basicConfig(level=logging.INFO, force=True)
 save, data, spm = sys.argv[1:]

@@ -18,7 +18,7 @@ SINK = '''
 import torch
 import torch.nn.functional as F
 
-import fairseq_eva  # noqa: F401  (the plugin's models)
+import fairseq_eva.plugin  # noqa: F401  (the plugin's models)
 from fairseq_eva.attention import registry
 from fairseq_eva.attention.base import key_mask
 from fairseq_eva.attention.layout import additive_mask

@@ -9,7 +9,6 @@ nor the length needed. Here that assertion becomes a UserError giving both.
 import functools
 
 from ..errors import UserError, option
-from .wrap_once import wrap_once
 
 FAIRSEQ_MESSAGE = "Sentences lengths should not exceed max_tokens"
 
@@ -34,9 +33,3 @@ def _naming_the_limit(batch_by_size):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's batch_by_size (idempotent)."""
-    from fairseq.data import data_utils
-
-    wrap_once(data_utils, "batch_by_size", _naming_the_limit)

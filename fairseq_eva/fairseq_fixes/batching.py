@@ -3,7 +3,7 @@
 Its `data_utils.batch_by_size` ends with `if bsz_mult > 1 and len(b[-1]) % bsz_mult != 0: b = b[:-1]`:
 the last batch is dropped whenever its size is not a multiple of --required-batch-size-multiple (8 by
 default). fairseq-generate, fairseq-interactive's batches, fairseq-eval-lm and validation then skip up to
-7 sentences without a word (4 of the demo's 500 test sentences). Importing fairseq_eva (`--user-dir
+7 sentences without a word (4 of the demo's 500 test sentences). Loading the plugin (`--user-dir
 fairseq_eva`) wraps the function so that the dropped batch is given back: the batches are consecutive
 runs of `indices`, so what is missing is its tail, and it was a valid batch (within --max-tokens and
 --batch-size) before it was dropped.
@@ -12,8 +12,6 @@ runs of `indices`, so what is missing is its tail, and it was a valid batch (wit
 import functools
 
 import numpy as np
-
-from .wrap_once import wrap_once
 
 
 def _keep_last_batch(batch_by_size):
@@ -27,9 +25,3 @@ def _keep_last_batch(batch_by_size):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's batch_by_size (idempotent)."""
-    from fairseq.data import data_utils
-
-    wrap_once(data_utils, "batch_by_size", _keep_last_batch)

@@ -16,7 +16,6 @@ import glob
 import os
 
 from ..errors import UserError, option
-from .wrap_once import wrap_once
 
 
 def _checkpoints_in(folder):
@@ -105,11 +104,3 @@ def _checking_folder(from_pretrained):
 
     return wrapper
 
-
-def install():
-    """Check the paths before fairseq's loaders (idempotent)."""
-    from fairseq import checkpoint_utils, hub_utils
-
-    wrap_once(checkpoint_utils, "load_model_ensemble_and_task", _checking_paths)
-    wrap_once(checkpoint_utils, "load_checkpoint", _checking_start)
-    wrap_once(hub_utils, "from_pretrained", _checking_folder)

@@ -11,7 +11,7 @@ is refused.
 A file that is not a fairseq checkpoint (or holds such an object) raises `CheckpointError`, which says so
 and names the file, instead of torch's message, which suggests loading with `weights_only=False` (that
 would run whatever code the file holds); an empty file, or one that begins as torch.save's zip archive but
-lacks its end, is called empty or truncated (a full disk, a run killed while writing it). `install` also
+lacks its end, is called empty or truncated (a full disk, a run killed while writing it). The plugin also
 makes fairseq's own loader (`checkpoint_utils.load_checkpoint_to_cpu`, used by fairseq-generate,
 fairseq-eval-lm, the hub, ...) raise it.
 
@@ -25,7 +25,7 @@ legacy format, or saved with torch's CRC-32 turned off, loads with a note that i
 fairseq writes the first checkpoint of a save atomically (a temporary file renamed into place) but
 copies it to the others (checkpoint_last.pt, checkpoint_best.pt) with a plain file copy: a run killed
 during the copy leaves a truncated checkpoint_last.pt, which is what a restarted run loads.
-`make_copies_atomic` makes fairseq's copy of local files atomic as well (`atomic_copy`).
+Here fairseq's copy of local files is atomic as well (`atomic_copy`).
 """
 
 import argparse
@@ -40,7 +40,6 @@ import zipfile
 import torch
 
 from ..errors import UserError
-from .wrap_once import wrap_once
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +148,9 @@ def not_a_checkpoint(path, error):
 
 def load(path):
     """torch.load(path, weights_only=True) of a fairseq checkpoint (a dict with a 'model' state dict);
-    CheckpointError naming the file otherwise, or if its bytes changed since it was written."""
+    CheckpointError naming the file otherwise, or if its bytes changed since it was written. (Also without the
+    plugin, as scripts/average_checkpoints.py loads: the types fairseq's checkpoints need are allowed first.)"""
+    allow_fairseq_types()
     checked = verify(path) if os.path.isfile(path) else True
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -184,16 +185,13 @@ def _clear_errors(load_checkpoint_to_cpu):
 
 
 def allow_fairseq_types():
-    """Allow the types that fairseq checkpoints need, and clear errors from fairseq's loader (idempotent)."""
+    """Allow the types that fairseq checkpoints need (idempotent)."""
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:  # torch < 2.4 has no weights-only default to satisfy
         known = set(torch.serialization.get_safe_globals()) if hasattr(torch.serialization, "get_safe_globals") else set()
         missing = [t for t in SAFE_GLOBALS if t not in known]
         if missing:
             add(missing)
-    from fairseq import checkpoint_utils
-
-    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _clear_errors)
 
 
 def atomic_copy(src_path, dst_path, overwrite=False):
@@ -211,20 +209,13 @@ def atomic_copy(src_path, dst_path, overwrite=False):
     return True
 
 
-def make_copies_atomic():
-    """Route fairseq's PathManager.copy, which the checkpoint saving uses, through `atomic_copy` (idempotent)."""
+def _atomic_copies(fairseq_copy):
+    """fairseq's PathManager.copy, which the checkpoint saving uses, becomes `atomic_copy`, which keeps fairseq's
+    copy for paths that are not local files."""
     global _fairseq_copy
-    from fairseq.file_io import PathManager
-
-    if PathManager.copy is not atomic_copy:
-        _fairseq_copy = PathManager.copy
-        PathManager.copy = staticmethod(atomic_copy)
+    _fairseq_copy = fairseq_copy
+    return atomic_copy
 
 
-_fairseq_copy = None
+_fairseq_copy = None  # fairseq's own PathManager.copy, once `_atomic_copies` has replaced it
 
-
-def install():
-    """Allow fairseq's checkpoint types, clear errors from its loader, atomic checkpoint copies (idempotent)."""
-    allow_fairseq_types()
-    make_copies_atomic()

@@ -17,7 +17,6 @@ import os
 import re
 
 from ..errors import UserError, task_option
-from .wrap_once import wrap_once
 
 PREPROCESS = "give the folder that fairseq-preprocess wrote (its --destdir; a data_prep script's DEST)"
 
@@ -111,9 +110,3 @@ def _checking_data(setup_task):
 
     return wrapper
 
-
-def install():
-    """Check the data folder before a task is set up (idempotent)."""
-    from fairseq import tasks
-
-    wrap_once(tasks, "setup_task", _checking_data)

@@ -11,7 +11,6 @@ import functools
 from argparse import Namespace
 
 from ..errors import UserError
-from .wrap_once import wrap_once
 
 
 def check(cfg):
@@ -37,9 +36,3 @@ def _checking_window(main):
 
     return wrapper
 
-
-def install():
-    """Check the window before eval-lm's main (idempotent)."""
-    from fairseq_cli import eval_lm
-
-    wrap_once(eval_lm, "main", _checking_window)

@@ -16,8 +16,6 @@ import signal
 import sys
 import threading
 
-from .wrap_once import wrap_once
-
 _run = {}  # this process's training run: its checkpoint config, trainer, and the newest checkpoint written
 
 
@@ -111,14 +109,3 @@ def _reporting_interrupt(call_main):
 
     return wrapper
 
-
-def install():
-    """Follow the run's checkpoints; one line at Ctrl-C (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.distributed import utils as distributed_utils
-    from fairseq.trainer import Trainer
-
-    wrap_once(checkpoint_utils, "load_checkpoint", _following_load)
-    wrap_once(checkpoint_utils, "save_checkpoint", _following_save)
-    wrap_once(Trainer, "save_checkpoint", _following_write)
-    wrap_once(distributed_utils, "call_main", _reporting_interrupt)

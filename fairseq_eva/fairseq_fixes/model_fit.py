@@ -27,16 +27,12 @@ import os
 import re
 
 from ..errors import UserError, option, program, task_option, under_hydra
-from .wrap_once import wrap_once
-
-_loading = {}  # the checkpoint whose model is about to be built: path, task, data, embedding rows
-_building = []  # whether each model being built comes from a checkpoint
-
-
-def building_from_checkpoint():
-    """Whether the model being built comes from a checkpoint (an evaluation tool, the hub), not from options given
-    for a new model."""
-    return bool(_building and _building[-1])
+from .state import (
+    building,
+    building_from_checkpoint,  # noqa: F401  (importable from here, its former home)
+    note_checkpoint,
+    take_checkpoint,
+)
 
 Kind = collections.namedtuple("Kind", "one many adjective task arch")
 # the kinds of model, named in the messages: the task that trains each, and one of the plugin's architectures of it
@@ -79,11 +75,10 @@ def trained_task(state):
 def _noting_checkpoint(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, *args, **kwargs):
-        state = load_checkpoint_to_cpu(path, *args, **kwargs)
-        task, data = trained_task(state)
-        _loading.clear()
-        _loading.update(path=path, task=task, data=data, rows=embedding_rows(state.get("model") or {}))
-        return state
+        loaded = load_checkpoint_to_cpu(path, *args, **kwargs)
+        task, data = trained_task(loaded)
+        note_checkpoint(path=path, task=task, data=data, rows=embedding_rows(loaded.get("model") or {}))
+        return loaded
 
     return wrapper
 
@@ -201,25 +196,15 @@ def _checking_fit(build_model):
     @functools.wraps(build_model)
     def wrapper(cfg, task, *args, **kwargs):
         from_checkpoint = kwargs.get("from_checkpoint", args[0] if args else False)
-        checkpoint = dict(_loading) if from_checkpoint and _loading else None
-        _loading.clear()
+        noted = take_checkpoint()
+        checkpoint = noted if from_checkpoint and noted else None
         check_kind(cfg, task, checkpoint)
         if checkpoint is not None:
             check_dictionaries(task, checkpoint)
-        _building.append(bool(from_checkpoint))
-        try:
+        with building(from_checkpoint):
             model = build_model(cfg, task, *args, **kwargs)
-        finally:
-            _building.pop()
         check_positions(model, task, checkpoint)
         return model
 
     return wrapper
 
-
-def install():
-    """Note what a checkpoint holds when it is read; check each model as it is built (idempotent)."""
-    from fairseq import checkpoint_utils, models
-
-    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _noting_checkpoint)
-    wrap_once(models, "build_model", _checking_fit)

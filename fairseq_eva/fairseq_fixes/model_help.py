@@ -14,8 +14,6 @@ import argparse
 import functools
 import sys
 
-from .wrap_once import wrap_once
-
 
 def _helping(parse_args_and_arch):
     @functools.wraps(parse_args_and_arch)
@@ -36,9 +34,3 @@ def _helping(parse_args_and_arch):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's parse_args_and_arch (idempotent)."""
-    from fairseq import options
-
-    wrap_once(options, "parse_args_and_arch", _helping)

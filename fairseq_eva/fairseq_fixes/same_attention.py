@@ -32,9 +32,7 @@ from argparse import Namespace
 
 from ..errors import UserError, option, under_hydra
 from ..modules.roles import option_name
-from .wrap_once import wrap_once
-
-_loading_into = []  # the trainers whose load_checkpoint is running
+from .state import loading_into, trainer_loading
 
 
 def model_record(model_cfg):
@@ -178,50 +176,41 @@ def apply_overrides(state, overrides):
 def _noting_trainer(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def wrapper(self, *args, **kwargs):
-        _loading_into.append(self)
-        try:
-            return load_checkpoint(self, *args, **kwargs)
-        except Exception as error:
-            if not str(error).startswith("Cannot load model parameters") or self not in _loaded:
-                raise
-            path, saved_cfg = _loaded[self]
-            refusal = other_model(path, saved_cfg, self.cfg.model, self.cfg.checkpoint.save_dir)
-            if refusal is None:
-                raise
-            raise refusal from None
-        finally:
-            _loading_into.pop()
-            _loaded.pop(self, None)
+        with loading_into(self):
+            try:
+                return load_checkpoint(self, *args, **kwargs)
+            except Exception as error:
+                if not str(error).startswith("Cannot load model parameters") or self not in _loaded:
+                    raise
+                path, saved_cfg = _loaded[self]
+                refusal = other_model(path, saved_cfg, self.cfg.model, self.cfg.checkpoint.save_dir)
+                if refusal is None:
+                    raise
+                raise refusal from None
+            finally:
+                _loaded.pop(self, None)
 
     return wrapper
 
 
-_loaded = {}  # trainer: (the checkpoint it is loading, that checkpoint's model options)
+_loaded = {}  # trainer: (the checkpoint it is loading, that checkpoint's model options), between the two wrappers
 
 
 def _comparing(load_checkpoint_to_cpu):
     @functools.wraps(load_checkpoint_to_cpu)
     def wrapper(path, arg_overrides=None, *args, **kwargs):
-        if _loading_into or not arg_overrides:
+        trainer = trainer_loading()
+        if trainer is not None or not arg_overrides:
             state = load_checkpoint_to_cpu(path, arg_overrides, *args, **kwargs)
         else:  # the record before the overrides, then the overrides as fairseq applies them
             state = load_checkpoint_to_cpu(path, None, *args, **kwargs)
             trained = model_record(saved_model_cfg(state))
             apply_overrides(state, arg_overrides)
             check_overrides(path, state, arg_overrides, trained)
-        if _loading_into:
-            trainer = _loading_into[-1]
+        if trainer is not None:
             _loaded[trainer] = (path, saved_model_cfg(state))
             check_same_attention(path, state, trainer.cfg.model, trainer.cfg.checkpoint.save_dir)
         return state
 
     return wrapper
 
-
-def install():
-    """Compare each checkpoint that a trainer loads with its model (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
-    wrap_once(Trainer, "load_checkpoint", _noting_trainer)
-    wrap_once(checkpoint_utils, "load_checkpoint_to_cpu", _comparing)

@@ -3,7 +3,7 @@
 fairseq-train and fairseq-hydra-train make the checkpoint folder
 (`checkpoint_utils.verify_checkpoint_directory`) before they build the task and the model, so a run that
 stops on a bad option, --fp16 on a CPU, missing data or a refused launch leaves an empty folder that looks
-like a run. Importing fairseq_eva wraps that function: the folders it makes (the save dir and any parent
+like a run. The plugin wraps that function: the folders it makes (the save dir and any parent
 that was missing) are removed at exit if nothing was written into them. A folder that was already there
 is never removed.
 
@@ -26,7 +26,6 @@ import shutil
 import sys
 
 from ..errors import UserError
-from .wrap_once import wrap_once
 
 
 def missing_folders(path):
@@ -104,11 +103,3 @@ def _no_crash_file_for_user_errors(save_checkpoint):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's verify_checkpoint_directory and Trainer.save_checkpoint (idempotent)."""
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
-    wrap_once(checkpoint_utils, "verify_checkpoint_directory", _cleaned_up)
-    wrap_once(Trainer, "save_checkpoint", _no_crash_file_for_user_errors)

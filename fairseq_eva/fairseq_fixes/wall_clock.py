@@ -6,14 +6,12 @@ stopped sum (0 here), not its start. When fairseq resumes within an epoch (a che
 --save-interval-updates), `Trainer.load_checkpoint` replaces the meters by the stored ones and restarts
 only the TimeMeters ("their start times don't make sense anymore"): the new `wall` has no start and reads
 0 for the rest of the run. (Resumed at an epoch's end, fairseq keeps its own meters and `wall` counts.)
-Importing fairseq_eva wraps `load_checkpoint` so that the restored `wall` keeps the start of the one it
+The plugin wraps `load_checkpoint` so that the restored `wall` keeps the start of the one it
 replaced: it reads the seconds since this process's Trainer was built, as in a fresh run and after a
 resume at an epoch's end.
 """
 
 import functools
-
-from .wrap_once import wrap_once
 
 
 def _keep_wall_start(load_checkpoint):
@@ -30,9 +28,3 @@ def _keep_wall_start(load_checkpoint):
 
     return wrapper
 
-
-def install():
-    """Wrap fairseq's Trainer.load_checkpoint (idempotent)."""
-    from fairseq.trainer import Trainer
-
-    wrap_once(Trainer, "load_checkpoint", _keep_wall_start)

@@ -7,7 +7,7 @@ from argparse import Namespace
 from omegaconf import OmegaConf, open_dict
 
 from ..fairseq_fixes.distributed import check_launch
-from ..fairseq_fixes.model_fit import building_from_checkpoint
+from ..fairseq_fixes.state import building_from_checkpoint
 from ..modules.hydra_keys import check_model_keys
 from ..modules.plan import resolve_all
 from ..modules.record import plans_record

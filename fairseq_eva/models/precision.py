@@ -6,7 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..errors import FP16Error
-from ..fairseq_fixes.model_fit import building_from_checkpoint
+from ..fairseq_fixes.state import building_from_checkpoint
 
 
 def device_and_dtype(args):
