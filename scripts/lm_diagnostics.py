@@ -35,7 +35,7 @@ def reference_outputs(attn, x):
     position bias is added inside E^n, as EVA does; no overlap."""
     N = x.size(1)
     w = attn.window_size
-    q, k, v = (attn._split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q, k, v = (attn.split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
     pos = torch.arange(N)
     in_e = ((pos // w)[:, None] == (pos // w)[None, :]) & (pos[None, :] <= pos[:, None])
     causal = pos[None, :] <= pos[:, None]
@@ -51,7 +51,7 @@ def layer_stats(attn, x):
     """Statistics of one causal EVA layer on its input x (B x N x embed_dim); a dict of floats."""
     B, N, _ = x.shape
     w, s = attn.window_size, attn.chunk_size
-    q, k, v = (attn._split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q, k, v = (attn.split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
     pos = torch.arange(N)
     block = pos // w
     in_e = (block[:, None] == block[None, :]) & (pos[None, :] <= pos[:, None])  # E^n (no overlap)
