@@ -129,6 +129,31 @@ def translation_table(path):
                      "WMT14 rows, sample scale", "CPU")
 
 
+def mlm_table(path):
+    """valid_small perplexity against CPU time of every run of the masked-LM table at the sample's scale, with the
+    plateau (predicting each masked token by its frequency) and 3/4 of it."""
+    from benchmarks import results_tables
+
+    long_context = common.script("long_context")
+    rows = long_context.row_results(record("mlm_table"), "mlm")
+    _, plateau = results_tables.mlm_table_runs()
+    fig, axes = common.figure(1, width=8.0, height=5.0)
+    ax = axes[0]
+    colours = {}
+    for (row, seed), r in rows.items():
+        colour = colours.setdefault(row, f"C{len(colours) % 10}")
+        ax.plot([p["cpu_s"] / 60 for p in r["curve"]], [p["ppl"] for p in r["curve"]], "-" if seed == 1 else "--",
+                color=colour, label=row if seed == 1 else None, linewidth=1.2)
+    for level, text in ((plateau, "plateau (frequency)"), (0.75 * plateau, "3/4 of the plateau")):
+        ax.axhline(level, color="grey", linestyle=":", linewidth=1)
+        ax.text(0.01, level, text, transform=ax.get_yaxis_transform(), va="bottom", fontsize=8, color="grey")
+    ax.set(xlabel="training CPU minutes (validation included)", ylabel="valid_small perplexity (masked tokens)",
+           title="Masked LM at the sample's scale, 2 layers of 128 (dashed: seed 2)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=3)
+    common.save_figure(fig, path)
+
+
 RECALL_ROWS = [  # label, record, row, colour
     ("exact", "recall_10000_updates", "exact", "tab:blue"),
     ("exact, seed 2", "recall_by_chunk_size", "exact-seed2", "tab:blue"),
@@ -168,6 +193,7 @@ FIGURES = {  # name: (draw, file under docs/img)
     "baselines_small_lm": (baselines_small("lm", since=300), "baselines_small_lm.png"),
     "baselines_small_mlm": (baselines_small("mlm"), "baselines_small_mlm.png"),
     "translation_table": (translation_table, "translation_table_sample.png"),
+    "mlm_table": (mlm_table, "mlm_table_sample.png"),
 }
 
 

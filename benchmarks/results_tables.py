@@ -398,6 +398,9 @@ def quoted(table, *rows):
     return ", ".join(str(paper.measure(table, row)) for row in rows)
 
 
+MLM_SAMPLE = ("at the sample's scale (2 layers of 128, blocks of 512, 256 pieces; [the table](docs/results.md#the-masked-"
+              "lm-table-at-the-samples-scale)), {mlm_seeds} seeds: test perplexity ")
+
 # The README's configs table: the paper's numbers as the paper quotes them (not measured here), and what has been
 # run of each config; the words/s ratios come from the Triton check's paper_configs runs.
 README_CONFIGS = [
@@ -415,16 +418,17 @@ README_CONFIGS = [
     ("`wikitext103_softmax_16l`", "baseline", "words/s on the H200"),
     ("`wikitext103_eva_32l`", f"test perplexity {quoted('lm', 'eva_32l')}", "not run"),
     ("`wikitext103_softmax_32l`", "baseline", "not run"),
-    ("`mlm_eva_2048`", f"validation perplexity {quoted('mlm', 'eva_2048')}", "not run"),
+    ("`mlm_eva_2048`", f"validation perplexity {quoted('mlm', 'eva_2048')}", MLM_SAMPLE + "{mlm_eva_2048}"),
     ("`mlm_eva_4096`", f"validation perplexity {quoted('mlm', 'eva_4096')}",
      "60 fp16 updates on the sample, one H200: {mlm_eva_4096} softmax's words/s"),
-    ("`mlm_softmax_2048`", quoted("mlm", "softmax_2048"), "not run"),
+    ("`mlm_softmax_2048`", quoted("mlm", "softmax_2048"), MLM_SAMPLE + "{mlm_softmax_2048}"),
     ("`mlm_softmax_4096`", quoted("mlm", "softmax_4096"), "words/s on the H200"),
     ("`mlm_local_2048`, `mlm_performer_2048`, `mlm_linformer_2048`, `mlm_reformer_2048`, `mlm_lara_2048`, "
      "`mlm_combiner_2048`, `mlm_long_short_2048`",
      f"the masked-LM table's baselines (Combiner {quoted('mlm', 'combiner_2048')}, Transformer-LS "
      f"{quoted('mlm', 'long_short_2048')}, Reformer {quoted('mlm', 'reformer_2048')})",
-     "not run at size; each trains 3 updates on the sample in `make test-slow`"),
+     MLM_SAMPLE + "{mlm_local_2048}, {mlm_performer_2048}, {mlm_linformer_2048}, {mlm_reformer_2048}, "
+     "{mlm_lara_2048}, {mlm_combiner_2048}, {mlm_long_short_2048}; not run at size"),
     ("`wmt14_en_de_performer128`, `wmt14_en_de_lara16`, `wmt14_en_de_lara32`, `wmt14_en_de_lara64`",
      f"BLEU {quoted('mt', 'performer128', 'lara16', 'lara32', 'lara64')} (from the LARA paper)",
      "at the sample's scale (32 features; 4, 8, 16 landmarks): test BLEU {mt_performer128}, {mt_lara16}, "
@@ -448,8 +452,19 @@ def translation_cells():
             "mt_seeds": "/".join(map(str, sorted(seeds))), "mt_scale": "2+2 layers of 64"}
 
 
+def mlm_cells():
+    """The masked-LM table at the sample's scale, for the configs table: {mlm_ROW: its test perplexity, the mean over
+    seeds (lowest-highest)} and the number of seeds."""
+    from benchmarks.common import script
+
+    runs, _ = mlm_table_runs()
+    spread = script("paper_table").spread_text
+    return {**{f"mlm_{row}": spread([r["result"]["ppl"] for r in rs]) for row, rs in runs.items()},
+            "mlm_seeds": "/".join(map(str, sorted({len(rs) for rs in runs.values()})))}
+
+
 def readme_paper_configs():
-    ratios = {**{eva: ratio_span(r) for eva, r in paper_config_ratios().items()}, **translation_cells()}
+    ratios = {**{eva: ratio_span(r) for eva, r in paper_config_ratios().items()}, **translation_cells(), **mlm_cells()}
     meta = load("fidelity", "meta.json")
     lines = ["| config | paper | parameters at full size (the paper's) | measured here |", "|---|---|---|---|"]
     lines += [f"| {config} | {paper} | {fidelity_params(config)} | {measured.format(**ratios)} |"
@@ -1080,6 +1095,52 @@ def baselines_orderings(task, record="baselines_small"):
     return render
 
 
+def mlm_table_runs():
+    """The masked-LM table at the sample's scale (scripts/long_context.py's rows, recorded in mlm_table/):
+    {config row: [each seed's run, as scripts/paper_table.py's orderings take it]}, and the plateau."""
+    from benchmarks.common import script
+
+    rows = script("long_context").row_results(os.path.join(RESULTS, "mlm_table"), "mlm")
+    runs = {}
+    for (row, _), r in rows.items():
+        runs.setdefault(f"{row}_2048", []).append({"result": {"ppl": r["test"]["test"]}, "last": r["last"]})
+    return runs, load("mlm_table", "frequency_v256.json")["perplexity"]
+
+
+MLM_MEASURE = "test perplexity (masked tokens)"
+
+
+def whole_spread(values):
+    """The mean of whole numbers (updates), and their lowest and highest in brackets where they differ."""
+    mean = f"{sum(values) / len(values):.0f}"
+    return mean if min(values) == max(values) else f"{mean} ({min(values)}-{max(values)})"
+
+
+def mlm_table():
+    """The paper's masked-LM table at the sample's scale: each row's test perplexity over the masked tokens (the
+    masks fixed by the seed, the same for every row), the mean over seeds with their range, beside the paper's
+    validation perplexity; where the rows end; and the orderings the seeds' spread decides."""
+    from benchmarks.common import script
+
+    paper_table = script("paper_table")
+    runs, plateau = mlm_table_runs()
+    lines = [f"| row | paper (validation ppl) | {MLM_MEASURE} | seeds | valid_small ppl at the end | of the plateau | "
+             "updates | CPU min |", "|---|---|---|---|---|---|---|---|"]
+    for row, rs in runs.items():
+        measure = paper.measure("mlm", row)
+        last = [r["last"] for r in rs]
+        lines.append(f"| {row} | {'-' if measure is None else measure} | "
+                     f"{paper_table.spread_text([r['result']['ppl'] for r in rs])} | {len(rs)} | "
+                     f"{paper_table.spread_text([p['ppl'] for p in last])} | "
+                     f"{paper_table.spread_text([p['ppl'] / plateau for p in last])} | "
+                     f"{whole_spread([p['updates'] for p in last])} | "
+                     f"{paper_table.spread_text([p['cpu_s'] / 60 for p in last])} |")
+    meta = load("mlm_table", "meta.json")
+    return "\n".join([*lines, "", *(f"- {line}" for line in paper_table.orderings("mlm", runs, MLM_MEASURE))]) + (
+        f"\n\nThe plateau: {plateau:.1f}, the perplexity of predicting each masked token by its training frequency "
+        f"(scripts/frequency_baseline.py). Command: `{meta['command']}`.")
+
+
 def readme_translation_table():
     """The translation table's orderings at the sample's scale, as sentences (the table is on the results page)."""
     from benchmarks.common import script
@@ -1205,6 +1266,7 @@ TABLES = {
     "training-summary": training_summary,
     "decoding-summaries": decoding_summaries,
     "mlm-plateau-search": mlm_plateau_search,
+    "mlm-table": mlm_table,
     "baselines-small-lm": baselines_small("lm"),
     "baselines-small-mlm": baselines_small("mlm"),
     "baselines-summary-lm": baselines_summary("lm"),
