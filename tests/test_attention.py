@@ -886,3 +886,17 @@ def test_chunks_and_a_window_beyond_the_sequence_cost_what_the_sequence_does(sid
         options = dict(window_size=4, use_rpe=True)
         big, ok = make(**{**options, **huge}), make(**{**options, **small})
         torch.testing.assert_close(big(x, None if big.causal else mask), ok(x, None if ok.causal else mask), **TOL)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sentences_shorter_than_the_window_at_the_papers_sizes_match_the_definition(causal):
+    """The paper's translation encoder (head width 64, 8 heads, EVA-32: windows of 16 with overlap, C = 8) and its
+    LM decoder (windows of 128, chunks of 8) on sequences shorter than one window, where the layer lays out the
+    sequence instead of the whole window: each row equals the per-query definition, with the bias."""
+    options = dict(causal=True, window_size=128, chunk_size=8) if causal else dict(window_size=16, overlap=True,
+                                                                                  num_chunks=8)
+    mod = make(embed=512, heads=8, use_rpe=True, **options)
+    for N in (5, 13, 31) if not causal else (9, 100):
+        x = inputs(2, N, embed=512)
+        expected = torch.stack([reference_eva(mod, row) for row in x])
+        torch.testing.assert_close(mod(x), expected, **TOL)
