@@ -132,11 +132,9 @@ def translation_table(path):
 def mlm_table(path):
     """valid_small perplexity against CPU time of every run of the masked-LM table at the sample's scale, with the
     plateau (predicting each masked token by its frequency) and 3/4 of it."""
-    from benchmarks import results_tables
-
     long_context = common.script("long_context")
     rows = long_context.row_results(record("mlm_table"), "mlm")
-    _, plateau = results_tables.mlm_table_runs()
+    plateau = load("mlm_table", "frequency_v256.json")["perplexity"]
     fig, axes = common.figure(1, width=8.0, height=5.0)
     ax = axes[0]
     colours = {}

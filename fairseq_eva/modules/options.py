@@ -14,5 +14,4 @@ from .memory import gigabytes, machine_memory  # noqa: F401
 from .plan import attention_kind  # noqa: F401
 from .record import NOT_RECORDED, attention_record, show_record  # noqa: F401
 from .roles import DECODER, ENCODER, LM, option_name  # noqa: F401
-from .validation import check_plans as validate_attention  # noqa: F401
 from .validation import longest_input  # noqa: F401
