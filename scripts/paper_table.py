@@ -93,9 +93,11 @@ SCALED = {"softmax": [], "eva16": ["model.eva_window_size=2", "model.eva_num_chu
           "eva64": ["model.eva_window_size=8", "model.eva_num_chunks=4"],
           "performer128": ["model.performer_num_features=32"], "lara16": ["model.lara_num_landmarks=4"],
           "lara32": ["model.lara_num_landmarks=8"], "lara64": ["model.lara_num_landmarks=16"]}
-# A row beside the paper's at sample scale: exact softmax attention with EVA's relative position bias (EVA-16's
-# layer with one window over the whole sentence and no chunks), which tells the bias from the approximation.
-CONTROLS = {"exact": ("eva16", ["model.eva_window_size=256", "model.eva_overlap=false", "model.eva_num_chunks=0"])}
+# Rows beside the paper's at sample scale, each EVA-16's layer with one part taken away: exact softmax attention
+# with EVA's relative position bias (one window over the whole sentence, no chunks) tells the bias from the
+# approximation; local (EVA-16's window, no chunks) tells the windows from the chunk summaries.
+CONTROLS = {"exact": ("eva16", ["model.eva_window_size=256", "model.eva_overlap=false", "model.eva_num_chunks=0"]),
+            "local": ("eva16", ["model.eva_window_size=2", "model.eva_num_chunks=0"])}
 SAMPLE = os.path.join(REPO, "data", "sample", "po_en_de")
 # lm and mlm rows at sample scale: scripts/long_context.py's row of the same attention
 SAMPLE_ROWS = {"lm": {"softmax_16l": "softmax", "eva_16l": "eva", "elu_16l": "elu", "rfa_16l": "rfa", "t2r_16l": "t2r"},
