@@ -9,7 +9,8 @@ import tempfile
 import pytest
 import torch
 
-from benchmarks import fidelity, results_tables
+from benchmarks import fidelity
+from benchmarks.pages import configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.filterwarnings(r"ignore:\s*'\w+' is validated against ConfigStore schema:UserWarning")
@@ -20,7 +21,7 @@ RECOUNTED = ["wmt14_en_de_eva32", "wikitext103_eva_16l", "mlm_eva_2048", "mlm_re
 
 @pytest.fixture(scope="module")
 def record():
-    return results_tables.fidelity_rows()
+    return configs.fidelity_rows()
 
 
 def test_the_record_has_every_config(record):
@@ -38,7 +39,7 @@ def test_every_difference_beyond_the_tolerances_is_explained(record):
     with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as f:
         design = f.read()
     section = design.split("## The paper's configs at full size", 1)[1].split("\n## ", 1)[0]
-    beyond = [name for name, r in record.items() if results_tables.beyond_tolerance(r)]
+    beyond = [name for name, r in record.items() if configs.beyond_tolerance(r)]
     assert beyond, "no row differs: the section can go"
     assert [name for name in beyond if f"`{name}`" not in section] == []
 

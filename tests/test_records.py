@@ -117,16 +117,16 @@ def test_a_current_record_is_cited_where_the_index_says_and_called_superseded_no
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
 def test_every_generated_block_names_the_commit_and_date_it_measured(page):
-    from benchmarks import results_tables
+    from benchmarks.pages import core
 
-    for _, name, body, _ in results_tables.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
+    for _, name, body, _ in core.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
         assert re.search(r"commit", body) and re.search(r"\d{4}-\d\d-\d\d", body), (page, name)
 
 
 def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_commit():
     """The GPU records measured code that has changed since: none is marked current, and every block on the
     pages that shows a GPU figure names the commit of the record it comes from."""
-    from benchmarks import results_tables
+    from benchmarks.pages import core, gpu
 
     current = {record: c for record, c, _ in index_rows()}
     for folder in (RESULTS / "gpu").iterdir():
@@ -137,10 +137,10 @@ def test_gpu_records_measured_older_code_and_every_figure_of_theirs_names_its_co
                "gpu-profile": ["profile_after_seed_fix"],
                "gpu-paper-configs-readme": ["triton_check"], "gpu-readme-speed": ["triton_check"],
                "gpu-readme-exact": ["correctness_all_kernels"],
-               **{f"gpu-measured-{r}": [r] for r in results_tables.GPU_RECORDS}}
+               **{f"gpu-measured-{r}": [r] for r in gpu.GPU_RECORDS}}
     shown = 0
     for page in ("README.md", "docs/results.md"):
-        for _, name, body, _ in results_tables.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
+        for _, name, body, _ in core.BLOCK.findall((REPO / page).read_text(encoding="utf-8")):
             if name.startswith("gpu-"):
                 shown += 1
                 for record in sources[name]:
@@ -159,10 +159,10 @@ UNMEASURED_TABLES = {
 
 def lines_outside_blocks(text):
     """The lines of a page without its generated blocks, and with each line of a code fence left empty."""
-    from benchmarks import results_tables
+    from benchmarks.pages import core
 
     lines, fence = [], False
-    for line in results_tables.BLOCK.sub("", text).splitlines():
+    for line in core.BLOCK.sub("", text).splitlines():
         if line.startswith("```"):
             fence = not fence
         lines.append("" if fence or line.startswith("```") else line)
@@ -232,9 +232,9 @@ def sections(text):
 def traceable_numbers(section, linked, with_links=True):
     """(the numbers of the generated blocks, those of the records) that a section's prose may quote: its own and
     those of the sections of `linked` ({anchor: text}, results.md's) that it links to."""
-    from benchmarks import results_tables
+    from benchmarks.pages import core
 
-    blocks = set().union(*(numbers(body) for _, _, body, _ in results_tables.BLOCK.findall(section)))
+    blocks = set().union(*(numbers(body) for _, _, body, _ in core.BLOCK.findall(section)))
     if not with_links:
         return blocks, set()
     records = set().union(*(record_numbers(REPO / p) for p in re.findall(r"benchmarks/results/[\w./-]*[\w/]", section)
@@ -341,11 +341,11 @@ def test_a_hand_written_ordering_is_found():
 
 def test_the_pages_order_no_row_of_one_seed():
     """The sentences rendered by the rule name a row of one seed as ordered against no row, however far off."""
-    from benchmarks import results_tables
+    from benchmarks.pages import rule
 
-    text = results_tables.rule_sentence({"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.05, 2.2], "d": [9.0]})
+    text = rule.rule_sentence({"a": [1.0, 1.1], "b": [2.0, 2.1], "c": [2.05, 2.2], "d": [9.0]})
     assert text == "a below b and c; b and c within the spread; d (one seed) ordered against no row"
     points = [(1, {"a": [1.0, 1.1], "b": [0.5, 0.6], "d": [3.0]}), (2, {"a": [1.0, 1.1], "b": [1.05, 1.2], "d": [3.0]}),
               (3, {"a": [1.0, 1.1], "b": [2.0, 2.1], "d": [0.1]})]
-    assert results_tables.rule_over(points, "updates") == ("a below b from 3 updates on and b below a at 1 updates; "
-                                                           "d (one seed) ordered against no row")
+    assert rule.rule_over(points, "updates") == ("a below b from 3 updates on and b below a at 1 updates; "
+                                                 "d (one seed) ordered against no row")
