@@ -26,8 +26,8 @@ ROWS = {
 
 
 def curves():
-    """{row: its validations}, read from the record when asked (benchmarks.results_tables names the records a
-    table reads)."""
+    """{row: its validations}, read from the record when asked (benchmarks/pages/learning.py notes these records
+    for the pages' provenance lines)."""
     return {name: [json.loads(line) for line in open(os.path.join(d, "curve.jsonl"))] for name, d in ROWS.items()}
 
 
