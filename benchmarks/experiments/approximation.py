@@ -79,7 +79,7 @@ def main(argv=None):
     """Write the errors (approximation_errors) of CHECKPOINT on DATA's SUBSET to OUTPUT, as JSON."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 6:
-        sys.exit(__doc__.strip().splitlines()[-1].strip().join(["usage: ", ""]))
+        sys.exit("usage: python -m benchmarks.experiments.approximation CHECKPOINT DATA SUBSET BLOCKS LENGTH OUTPUT")
     checkpoint, data, subset, blocks, length, output = argv
     with open(output, "w") as f:
         json.dump(approximation_errors(checkpoint, data, subset, int(blocks), int(length)), f)

@@ -14,7 +14,17 @@ import time
 from . import long_context, worker
 from .evaluations import read_bleu, read_ppl
 from .processes import finish, log, run, start, stopping_cleanly
-from .reports import METRIC, PAPER, beyond_spread, orderings, plot_losses, runs_text, score, spread_text, table_lines  # noqa: F401
+from .reports import (  # noqa: F401  (the records' tables read beyond_spread, orderings and spread_text here)
+    METRIC,
+    PAPER,
+    beyond_spread,
+    orderings,
+    plot_losses,
+    runs_text,
+    score,
+    spread_text,
+    table_lines,
+)
 from .rows import CONTROLS, SAMPLE_ROWS, SCALED, TINY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
