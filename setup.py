@@ -4,7 +4,7 @@ setup(
     name="fairseq-eva",
     version="0.1.0",
     description="EVA attention (Efficient Attention via Control Variates, ICLR 2023) in PyTorch and as a fairseq plugin",
-    packages=find_packages(include=["fairseq_eva", "fairseq_eva.*"]),
+    packages=find_packages(include=["fairseq_eva", "fairseq_eva.*", "benchmarks", "benchmarks.*"]),
     package_data={"fairseq_eva.attention.kernels.c_loop": ["cpu_kernel.c"]},  # compiled on first use (README)
     python_requires=">=3.9",
     # the attention core needs torch and numpy; the fairseq plugin fairseq 0.12 and the hydra it was written for, as

@@ -30,7 +30,6 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import time
 
 import torch
@@ -242,9 +241,6 @@ def _number(value):
 
 
 def script(name):
-    """scripts/NAME.py as a module (scripts/ is a folder of programs, not a package): the records' tables and figures
-    use the harnesses' own code to read them."""
-    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(name)
+    """The experiment module that holds the functions of harness `name` (long_context, paper_table, recall), which
+    the records' tables and figures use to read the records."""
+    return importlib.import_module("benchmarks.experiments." + name)

@@ -9,6 +9,7 @@ import json
 import os
 
 from benchmarks import common
+from benchmarks.experiments import long_context, paper_table, reports
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
@@ -109,14 +110,13 @@ def baselines_small(task, since=0):
     (scripts/long_context.py) plots its own report; from `since` updates on, where the rows' gaps are readable."""
 
     def draw(path):
-        long_context = common.script("long_context")
         rows = long_context.row_results(record("baselines_small"), task)
         curves = {row if seed == 1 else f"{row} seed {seed}": [p for p in r["curve"] if p["updates"] >= since]
                   for (row, seed), r in rows.items()}
         budget = max(r["budget"] for r in rows.values())
         name = "causal LM" if task == "lm" else "masked LM"
         start = f", from {since} updates" if since else ""
-        long_context.plot(curves, path, f"{name}, {budget:g} CPU min a row{start}")
+        reports.plot_perplexity(curves, path, f"{name}, {budget:g} CPU min a row{start}")
 
     return draw
 
@@ -124,15 +124,12 @@ def baselines_small(task, since=0):
 def translation_table(path):
     """Validation loss against updates and CPU time of every run of the translation table at the sample's scale,
     as scripts/paper_table.py plots its own report."""
-    paper_table = common.script("paper_table")
-    paper_table.plot(paper_table.collect("mt", record("translation_table")), path,
-                     "WMT14 rows, sample scale", "CPU")
+    reports.plot_losses(paper_table.collect("mt", record("translation_table")), path, "WMT14 rows, sample scale", "CPU")
 
 
 def mlm_table(path):
     """valid_small perplexity against CPU time of every run of the masked-LM table at the sample's scale, with the
     plateau (predicting each masked token by its frequency) and 3/4 of it."""
-    long_context = common.script("long_context")
     rows = long_context.row_results(record("mlm_table"), "mlm")
     plateau = load("mlm_table", "frequency_v256.json")["perplexity"]
     fig, axes = common.figure(1, width=8.0, height=5.0)

@@ -9,11 +9,10 @@ import json
 import os
 import re
 
-from benchmarks.common import script
+from benchmarks.experiments.reports import ppl_at_cpu  # the report's own interpolation between validations
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
-ppl_at_cpu = script("long_context").ppl_at_cpu  # the report's own interpolation between validations
 
 ROWS = {
     "exact s1": os.path.join(RESULTS, "causal_lm_v2k", "exact"),

@@ -6,8 +6,9 @@ set -euo pipefail
 usage="usage: scripts/at_commit.sh [--no-setup] COMMIT WORKDIR -- COMMAND...
 
 Clones this repository at COMMIT (a commit, branch or tag of it) into WORKDIR, runs 'make setup' there
-(its own .venv; --no-setup skips it), and runs COMMAND in WORKDIR with WORKDIR/.venv/bin first on PATH
-and AT_COMMIT set to the full commit. The commit goes to WORKDIR/commit.txt and to the first line of
+(its own .venv; --no-setup skips it), and runs COMMAND in WORKDIR with WORKDIR/.venv/bin first on PATH,
+WORKDIR first on PYTHONPATH (its packages, not those another checkout installed, are the ones imported) and
+AT_COMMIT set to the full commit. The commit goes to WORKDIR/commit.txt and to the first line of
 the output. WORKDIR that is already a clone at COMMIT with no changes to its tracked files is used again
 (a resumed run); any other existing WORKDIR is refused, as is a clone whose tracked files have changed.
 A record written there names that commit (scripts/paper_table.py --record writes it into meta.json).
@@ -43,5 +44,5 @@ cd "$work"
 if [[ $setup == 1 ]]; then
     make setup
 fi
-export AT_COMMIT=$sha PATH=$PWD/.venv/bin:$PATH
+export AT_COMMIT=$sha PATH=$PWD/.venv/bin:$PATH PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 exec "$@"

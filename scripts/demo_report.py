@@ -10,10 +10,11 @@ against updates) to curves.png.
 """
 
 import argparse
-import csv
 import json
 import os
 import re
+
+from benchmarks.experiments.evaluations import read_bleu, read_ppl
 
 TRANSLATION = [("mt_eva", "EVA (abs(E) = 8, C = 4)"), ("mt_softmax", "softmax")]
 LM = [("lm_eva", "EVA (abs(E) = 16, chunk size 4)")]
@@ -41,29 +42,6 @@ def _num(value):
         return float(value)
     except (TypeError, ValueError):
         return value
-
-
-def read_bleu(path):
-    """(compound-split tokenised BLEU, sacreBLEU) from scripts/eval_wmt14.sh's bleu.test.txt."""
-    tok = sacre = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                m = re.match(r"BLEU4 = ([\d.]+)", line)
-                if m:
-                    tok = float(m.group(1))
-                m = re.search(r"(?:^|\s)BLEU(?:\|[^=]*)? = ([\d.]+)", line) if not line.startswith("BLEU4") else None
-                if m:
-                    sacre = float(m.group(1))
-    return tok, sacre
-
-
-def read_ppl(path):
-    rows = []
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-    return rows
 
 
 def read_translations(path, count):

@@ -27,24 +27,7 @@ import math
 
 import torch
 
-
-def reference_outputs(attn, x):
-    """A causal EVA layer's attention outputs (B x H x N x head_dim, before the output projection) on its
-    input x (B x N x embed_dim), with the same queries, keys and values: {"eva": the layer's own, "softmax":
-    exact softmax attention over all earlier keys, "local": softmax over the keys of E^n only}. The relative
-    position bias is added inside E^n, as EVA does; no overlap."""
-    N = x.size(1)
-    w = attn.window_size
-    q, k, v = (attn.split_heads(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-    pos = torch.arange(N)
-    in_e = ((pos // w)[:, None] == (pos // w)[None, :]) & (pos[None, :] <= pos[:, None])
-    causal = pos[None, :] <= pos[:, None]
-    logits = (q @ k.transpose(-1, -2)) * attn.scale
-    if attn.rpe is not None:
-        logits = logits + (attn.rpe(pos[None, :] - pos[:, None]).unsqueeze(0) + attn.chunk_logit_offset) * in_e
-    low = torch.finfo(logits.dtype).min
-    return {"eva": attn.attention(q, k, v), "softmax": logits.masked_fill(~causal, low).softmax(-1) @ v,
-            "local": logits.masked_fill(~in_e, low).softmax(-1) @ v}
+from benchmarks.experiments.approximation import layer_inputs, reference_outputs  # noqa: F401  (the tests' names)
 
 
 def layer_stats(attn, x):
@@ -103,23 +86,6 @@ def loss_by_position(nll):
 
 def print_stats(label, stats):
     print(f"{label}: " + ", ".join(f"{name} {value:.3f}" for name, value in stats.items()))
-
-
-def layer_inputs(model, src):
-    """A language model's output logits on src (B x N) and each decoder layer's self-attention input
-    (B x N x embed_dim)."""
-    inputs = []
-
-    def keep_input(module, args, kwargs):  # fairseq passes the query by keyword, time first
-        inputs.append((args[0] if args else kwargs["query"]).transpose(0, 1))
-
-    hooks = [layer.self_attn.register_forward_pre_hook(keep_input, with_kwargs=True) for layer in model.decoder.layers]
-    try:
-        logits, _ = model(src)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return logits, inputs
 
 
 @torch.no_grad()

@@ -12,15 +12,13 @@ import time
 
 import pytest
 
+from benchmarks.experiments import long_context as lc
 from fairseq_helpers import script_module as load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "long_context.py")
 ENV = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OMP_NUM_THREADS": "1",
        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-lc = load("long_context")
 
 
 def script(*args, timeout=60):
@@ -224,7 +222,7 @@ def test_sigterm_stops_the_training_with_the_driver(tmp_path):
     pid_file = tmp_path / "training.pid"
     training = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
                 "time.sleep(120)"]
-    driver = (f"import sys; sys.path.insert(0, {os.path.dirname(SCRIPT)!r}); import long_context as lc; "
+    driver = ("import sys; from benchmarks.experiments import long_context as lc; "
               f"lc.prepare = lambda args, env: 'BIN'; lc.train_command = lambda *a: {training!r}; "
               f"sys.argv = ['long_context.py', 'corpus', '--work', {str(tmp_path)!r}, '--task', 'lm', '--rows', 'eva']; "
               "lc.main()")

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from fairseq_helpers import REPO, cli_env, script_module, translation_data
+from benchmarks.experiments import paper_table as pt
+from fairseq_helpers import REPO, cli_env, translation_data
 
 SCRIPT = str(REPO / "scripts" / "paper_table.py")
-pt = script_module("paper_table")
 
 
 def script(*args, env=None, timeout=120):
@@ -224,7 +224,7 @@ def test_sigterm_stops_and_reaps_the_training_once_and_exits_as_terminated(tmp_p
     """SIGTERM while the driver waits for a training (a script that runs its own child, as the training scripts
     run fairseq-hydra-train): both are stopped, each waited for once, and the driver exits with 128 + 15."""
     pid_file = tmp_path / "pid"
-    code = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import long_context as lc; "
+    code = ("from benchmarks.experiments import long_context as lc; "
             f"lc.stopping_cleanly(lambda: lc.run(['bash', '-c', 'sh -c \"echo $$ > {pid_file}; exec sleep 300\"; "
             f"true'], None, {str(tmp_path / 'log')!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)

@@ -2,7 +2,6 @@
 can be copied, argument errors, and the whole script end to end on a tiny corpus, where its perplexity over
 whole blocks must equal fairseq's own validation perplexity of the same checkpoint."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,14 +10,13 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks.experiments import recall
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "recall.py")
 ENV = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "OMP_NUM_THREADS": "1",
        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
-spec = importlib.util.spec_from_file_location("recall", SCRIPT)
-recall = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(recall)
 
 
 def test_copyable_tokens_are_exactly_those_an_induction_step_predicts():
