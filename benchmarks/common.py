@@ -22,7 +22,6 @@ what was measured before it. CUDA: torch.cuda.max_memory_allocated above what wa
 
 import ctypes
 import datetime
-import importlib
 import json
 import math
 import os
@@ -238,9 +237,3 @@ def _number(value):
         return float(value)
     except (TypeError, ValueError):
         return value
-
-
-def script(name):
-    """The experiment module that holds the functions of harness `name` (long_context, paper_table, recall), which
-    the records' tables and figures use to read the records."""
-    return importlib.import_module("benchmarks.experiments." + name)

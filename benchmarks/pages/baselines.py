@@ -2,6 +2,7 @@
 scale (scripts/long_context.py's records, read by the harness's own reader): its tables, the rows as sentences,
 and the orderings by the rule."""
 
+from benchmarks.experiments import long_context
 from benchmarks.pages import records
 from benchmarks.pages.rule import rule_sentence
 from benchmarks.pages.words import BASELINE_NAMES
@@ -36,9 +37,7 @@ def baselines_small(task, record="baselines_small", tables=3):
     valid perplexity at equal updates and at equal CPU time), rendered by the harness's own code from the record."""
 
     def render():
-        from benchmarks.common import script
 
-        long_context = script("long_context")
         rows = long_context.row_results(records.folder(record), task)
         lines = long_context.task_tables(rows, task, 256)
         blank = [i for i, line in enumerate(lines) if not line and i > 2]  # each table ends at a blank line
@@ -52,10 +51,9 @@ def baselines_summary(task, record="baselines_small"):
     test), at the most updates every run reached, and the updates each made; with two seeds, their largest spread."""
 
     def render():
-        from benchmarks.common import script
 
         rows = {}
-        for (row, _), r in script("long_context").row_results(records.folder(record), task).items():
+        for (row, _), r in long_context.row_results(records.folder(record), task).items():
             rows.setdefault(row, []).append(r)
 
         def mean(xs):
@@ -100,9 +98,7 @@ def baselines_orderings(task, record="baselines_small"):
     (each half budget) and at the most updates every run reached."""
 
     def render():
-        from benchmarks.common import script
 
-        long_context = script("long_context")
         rows = {}
         for (row, _), r in long_context.row_results(records.folder(record), task).items():
             rows.setdefault(BASELINE_NAMES.get(row, row), []).append(r)

@@ -2,6 +2,8 @@
 through benchmarks.lm_tables), the masked LM on an H200, recall of a span beyond the window, what an update costs,
 and the orderings of these rows by the rule."""
 
+from benchmarks.experiments import long_context
+from benchmarks.experiments.recall import recall_share
 from benchmarks.pages import records
 from benchmarks.pages.rule import rule_over, rule_sentence
 from benchmarks.pages.words import BASELINE_NAMES
@@ -179,10 +181,9 @@ RECALL_ROWS = [("exact", [("recall_10000_updates", "exact")]),
 def recall_shares(ppl):
     """The share of exact attention's recall against local attention's (seed 1 of each) of each recall report,
     as scripts/recall.py's report computes it."""
-    from benchmarks.common import script
 
     exact, local = (records.load(*RECALL_ROWS[i][1][0], "recall.json")["repeated"] for i in (0, -1))
-    return [script("recall").recall_share(p["repeated"], local, exact) for p in ppl]
+    return [recall_share(p["repeated"], local, exact) for p in ppl]
 
 
 def recall():
@@ -207,12 +208,11 @@ def recall():
 def learning_orderings():
     """The learning section's answer as the rule orders it: the causal LM on test and at its last point of equal
     updates, the masked LM on an H200 on test, EVA and local in the baselines' comparison on test, and recall."""
-    from benchmarks.common import script
 
     updates, _, test = causal_lm_rule()
     _, mlm_test = mlm_h200_rule()
     small = {}
-    for (row, _), r in script("long_context").row_results(records.folder("baselines_small"), "lm").items():
+    for (row, _), r in long_context.row_results(records.folder("baselines_small"), "lm").items():
         if row in ("eva", "local"):
             small.setdefault(BASELINE_NAMES[row], []).append(r["test"]["256"])
     return "\n".join([

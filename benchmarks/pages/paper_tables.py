@@ -3,6 +3,7 @@ scripts/long_context.py's records, read by the harnesses' own readers), with the
 search on the CPU that set the masked LM's scale."""
 
 from benchmarks import paper
+from benchmarks.experiments import long_context, paper_table, reports
 from benchmarks.pages import records
 from benchmarks.pages.rule import rule_pairs
 from benchmarks.pages.words import listed
@@ -11,9 +12,7 @@ from benchmarks.pages.words import listed
 def translation_table():
     """The paper's translation table at the sample's scale (scripts/paper_table.py's record): each row's test BLEU,
     the mean over seeds with their range, and the orderings the seeds' spread decides."""
-    from benchmarks.common import script
 
-    paper_table = script("paper_table")
     runs = paper_table.collect("mt", records.folder("translation_table"))
     meta = records.load("translation_table", "meta.json")
     return "\n".join(paper_table.table_lines("mt", "sample", runs)) + f"\n\nCommand: `{meta['command']}`."
@@ -22,9 +21,8 @@ def translation_table():
 def translation_places():
     """Each row of the translation table by the rule (test BLEU): the rows it is above and below beyond the
     seeds' spread; the rest within it."""
-    from benchmarks.common import script
 
-    runs = script("paper_table").collect("mt", records.folder("translation_table"))
+    runs = paper_table.collect("mt", records.folder("translation_table"))
     scores = {row: [r["result"]["bleu"] for r in rs] for row, rs in runs.items()}
     pairs = rule_pairs(scores, higher=True)
     lines = []
@@ -41,9 +39,7 @@ def translation_places():
 def translation_cells():
     """The translation table at the sample's scale, for the configs table: {mt_ROW: its test BLEU, the mean over
     seeds (lowest-highest)}, the number of seeds and the model's size."""
-    from benchmarks.common import script
 
-    paper_table = script("paper_table")
     runs = paper_table.collect("mt", records.folder("translation_table"))
     seeds = {len(rs) for rs in runs.values()}
     return {**{f"mt_{row}": paper_table.spread_text([r["result"]["bleu"] for r in rs]) for row, rs in runs.items()},
@@ -60,7 +56,6 @@ MLM_SEARCH = [  # setting, record of its runs, its rows, the perplexity of predi
 def mlm_plateau_search():
     """The masked-LM search on the CPU (scripts/long_context.py's records beside the perplexity of predicting by
     frequency, scripts/frequency_baseline.py): where each row goes below that plateau and below 3/4 of it."""
-    from benchmarks.common import script
 
     def first_below(curve, level):
         point = next((p for p in curve if p["ppl"] < level), None)
@@ -71,7 +66,7 @@ def mlm_plateau_search():
              "|---|---|---|---|---|---|---|"]
     for setting, record, names, frequency in MLM_SEARCH:
         plateau = records.load("mlm_plateau_search", frequency)["perplexity"]
-        for (row, seed), r in script("long_context").row_results(records.folder(record), "mlm").items():
+        for (row, seed), r in long_context.row_results(records.folder(record), "mlm").items():
             if row not in names:
                 continue
             last = r["last"]
@@ -85,9 +80,8 @@ def mlm_plateau_search():
 def mlm_table_runs():
     """The masked-LM table at the sample's scale (scripts/long_context.py's rows, recorded in mlm_table/):
     {config row: [each seed's run, as scripts/paper_table.py's orderings take it]}, and the plateau."""
-    from benchmarks.common import script
 
-    rows = script("long_context").row_results(records.folder("mlm_table"), "mlm")
+    rows = long_context.row_results(records.folder("mlm_table"), "mlm")
     runs = {}
     for (row, _), r in rows.items():
         runs.setdefault(f"{row}_2048", []).append({"result": {"ppl": r["test"]["test"]}, "last": r["last"]})
@@ -107,9 +101,7 @@ def mlm_table():
     """The paper's masked-LM table at the sample's scale: each row's test perplexity over the masked tokens (the
     masks fixed by the seed, the same for every row), the mean over seeds with their range, beside the paper's
     validation perplexity; where the rows end; and the orderings the seeds' spread decides."""
-    from benchmarks.common import script
 
-    paper_table = script("paper_table")
     runs, plateau = mlm_table_runs()
     lines = [f"| row | paper (validation ppl) | {MLM_MEASURE} | seeds | valid_small ppl at the end | of the plateau | "
              "updates | CPU min |", "|---|---|---|---|---|---|---|---|"]
@@ -131,10 +123,9 @@ def mlm_table():
 def mlm_cells():
     """The masked-LM table at the sample's scale, for the configs table: {mlm_ROW: its test perplexity, the mean over
     seeds (lowest-highest)} and the number of seeds."""
-    from benchmarks.common import script
 
     runs, _ = mlm_table_runs()
-    spread = script("paper_table").spread_text
+    spread = reports.spread_text
     return {**{f"mlm_{row}": spread([r["result"]["ppl"] for r in rs]) for row, rs in runs.items()},
             "mlm_seeds": "/".join(map(str, sorted({len(rs) for rs in runs.values()})))}
 

@@ -1,6 +1,7 @@
 """The README's Results section: its sentences with numbers and its summary of the learning, each from the records
 that docs/results.md shows in full."""
 
+from benchmarks.experiments import paper_table
 from benchmarks.pages import records
 from benchmarks.pages.gpu import correctness_rows, measured_at, paper_config_ratios, speed_tokens
 from benchmarks.pages.learning import MLM_H200_ROWS, RECALL_ROWS, causal_lm, cost_an_update, eva_cost_against_local, recall_shares
@@ -130,9 +131,7 @@ def readme_learning():
 
 def readme_translation_table():
     """The translation table's orderings at the sample's scale, as sentences (the table is on the results page)."""
-    from benchmarks.common import script
 
-    paper_table = script("paper_table")
     runs = paper_table.collect("mt", records.folder("translation_table"))
     by_mean, apart, *_ = paper_table.orderings("mt", runs)  # the pairs within the spread: on the results page
     return f"- {by_mean}\n- {apart}"

@@ -2,6 +2,7 @@
 one better than every seed of the other; a row of one seed never), for every sentence of the pages that orders
 rows."""
 
+from benchmarks.experiments import reports
 from benchmarks.pages.words import listed
 
 
@@ -9,9 +10,8 @@ def rule_pairs(scores, higher=False):
     """[(better, worse)] of the pairs of rows that the tables' rule orders (scripts/paper_table.py's beyond_spread:
     every seed of one better than every seed of the other; never a row of one seed), from {row: [each seed's
     value]}."""
-    from benchmarks.common import script
 
-    beyond = script("paper_table").beyond_spread
+    beyond = reports.beyond_spread
     return [(a, b) for a in scores for b in scores if a != b and beyond(scores[a], scores[b], higher)]
 
 
