@@ -127,6 +127,27 @@ def translation_table(path):
     reports.plot_losses(paper_table.collect("mt", record("translation_table")), path, "WMT14 rows, sample scale", "CPU")
 
 
+def translation_budgets(path):
+    """Validation loss against updates of the translation rows trained for 24 epochs, with the demo's 8 epochs
+    marked: whether the curves have flattened where the table reads them."""
+    runs = paper_table.collect("mt", record("translation_table_24_epochs"))
+    fig, axes = common.figure(1, width=8.0, height=5.0)
+    ax = axes[0]
+    for i, (row, rs) in enumerate(runs.items()):
+        for j, r in enumerate(rs):
+            ax.plot([p[0] for p in r["curve"]], [p[2] for p in r["curve"]], "-" if j == 0 else "--",
+                    color=f"C{i % 10}", label=row if j == 0 else None, linewidth=1.2)
+    demo = max(p[0] for p in paper_table.collect("mt", record("translation_table"))["softmax"][0]["curve"])
+    ax.axvline(demo, color="grey", linestyle=":", linewidth=1)
+    ax.text(demo, 0.98, " the demo's 8 epochs", transform=ax.get_xaxis_transform(), va="top", fontsize=8,
+            color="grey")
+    ax.set(xlabel="updates", ylabel="validation loss (base 2, label-smoothed)", ylim=(5.0, 7.5),
+           title="Translation rows at the sample's scale, 24 epochs (dashed: seeds 2 and 3)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, path)
+
+
 def mlm_table(path):
     """valid_small perplexity against CPU time of every run of the masked-LM table at the sample's scale, with the
     plateau (predicting each masked token by its frequency) and 3/4 of it."""
@@ -189,6 +210,7 @@ FIGURES = {  # name: (draw, file under docs/img)
     "baselines_small_mlm": (baselines_small("mlm"), "baselines_small_mlm.png"),
     "translation_table": (translation_table, "translation_table_sample.png"),
     "mlm_table": (mlm_table, "mlm_table_sample.png"),
+    "translation_budgets": (translation_budgets, "translation_24_epochs_sample.png"),
 }
 
 

@@ -14,10 +14,10 @@ fails where the committed text differs.
 import argparse
 import sys
 
-from benchmarks.pages import baselines, closeness, configs, core, cpu, gpu, learning, paper_tables, readme
+from benchmarks.pages import baselines, closeness, configs, core, cpu, gpu, learning, paper_tables, readme, translation_budgets
 
 TABLES = core.gather(cpu.TABLES, gpu.TABLES, closeness.TABLES, learning.TABLES, baselines.TABLES,
-                     paper_tables.TABLES, configs.TABLES, readme.TABLES)
+                     paper_tables.TABLES, configs.TABLES, readme.TABLES, translation_budgets.TABLES)
 
 
 def render_page(text):

@@ -21,9 +21,10 @@ Scales (--scale):
           The attention settings are the config's scaled as the demo scales EVA-32's (|E| = 8, C = 4): every
           length and size by 1/4, the ratio of the head widths (16 to 64) and about that of the sentence
           lengths (7 words a sentence on average against WMT14's 23 to 27), and C by 1/2 (SCALED below).
-          One more row may be asked for (--rows ...,exact): exact softmax attention with EVA's relative
-          position bias (EVA's layer, one window over the sentence, no chunks), which separates what the
-          bias does from what EVA's approximation does.
+          Two more rows may be asked for, each EVA-16's layer with one part taken away: exact (--rows
+          ...,exact), softmax attention with EVA's relative position bias (one window over the sentence, no
+          chunks), which separates what the bias does from what EVA's approximation does; and local (--rows
+          ...,local), EVA-16's windows without the chunks, which separates the windows from the summaries.
           Then the last --average epoch checkpoints are averaged, and the test split translated with beam 4
           and length penalty 0.6 (scripts/eval_wmt14.sh) on the CPU. --data replaces the sample with other
           binarised data (the tests use a smaller one).
