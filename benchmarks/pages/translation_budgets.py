@@ -1,13 +1,14 @@
 """The translation table at two budgets: the demo's 8 epochs and 24, for the rows that decide whether the sample's
 reversal of the paper's order (softmax below EVA, EVA-16 above EVA-64) belongs to the short budget. Every ordering
-is the tables' rule (scripts/paper_table.py's beyond_spread) on test BLEU."""
+is the tables' rule (benchmarks/experiments/reports.py's beyond_spread) on test BLEU."""
 
 import os
 
 import yaml
 
 from benchmarks import paper
-from benchmarks.experiments import paper_table, reports, rows
+from benchmarks.experiments import paper_table, reports
+from benchmarks.experiments.rows import CONTROLS
 from benchmarks.pages import records
 from benchmarks.pages.rule import rule_sentence
 from benchmarks.pages.words import listed
@@ -22,14 +23,12 @@ FLIP = {">": "<", "<": ">", "~": "~"}
 
 def budgets():
     """({row: runs} at 8 epochs, {row: runs} at 24), of the ROWS both records hold, in that order."""
-
-    collect = paper_table.collect
     short = {}
     for record in SHORT:
-        short.update(collect("mt", records.folder(record)))
-    long = collect("mt", records.folder(LONG))
-    rows = [row for row in ROWS if row in short and row in long]
-    return {row: short[row] for row in rows}, {row: long[row] for row in rows}
+        short.update(paper_table.collect("mt", records.folder(record)))
+    long = paper_table.collect("mt", records.folder(LONG))
+    both = [row for row in ROWS if row in short and row in long]
+    return {row: short[row] for row in both}, {row: long[row] for row in both}
 
 
 def bleu(runs):
@@ -38,9 +37,7 @@ def bleu(runs):
 
 def state(a, b):
     """'>' where every seed of a is above every seed of b in test BLEU, '<' the other way, '~' within the spread."""
-
-    beyond = reports.beyond_spread
-    return ">" if beyond(a, b, True) else "<" if beyond(b, a, True) else "~"
+    return ">" if reports.beyond_spread(a, b, True) else "<" if reports.beyond_spread(b, a, True) else "~"
 
 
 def verdicts(short, long):
@@ -69,11 +66,6 @@ def end_of(rs):
     return tuple(sum(x) / len(ends) for x in zip(*ends))
 
 
-def mean_range(values):
-
-    return reports.spread_text(values)
-
-
 def updates(runs):
     return sorted({r["curve"][-1][0] for rs in runs.values() for r in rs})
 
@@ -90,8 +82,8 @@ def translation_budgets():
     for row in short:
         (loss8, fall8), (loss24, fall24) = end_of(short[row]), end_of(long[row])
         seeds = "/".join(str(len(runs[row])) for runs in (short, long))
-        lines.append(f"| {row} | {measures.get(row, '-')} | {mean_range(bleu(short)[row])} | "
-                     f"{mean_range(bleu(long)[row])} | {seeds} | {loss8:.3f} / {loss24:.3f} | "
+        lines.append(f"| {row} | {measures.get(row, '-')} | {reports.spread_text(bleu(short)[row])} | "
+                     f"{reports.spread_text(bleu(long)[row])} | {seeds} | {loss8:.3f} / {loss24:.3f} | "
                      f"{fall8:.3f} / {fall24:.3f} |")
     commands = [records.load(record, "meta.json") for record in (*SHORT, LONG)]
     lines += ["", "Commands: " + "; ".join(f"`{meta['command']}` (commit {meta['commit'].split()[0]}, {meta['date']})"
@@ -120,7 +112,7 @@ WORDS = {">": "above", "<": "below", "~": "within the spread of"}
 def with_bias(row):
     """Whether the row's encoder is EVA's layer with its relative position bias (its config's eva_rpe), as
     exact, local and the EVA rows are; softmax, LARA and Performer have none."""
-    config = rows.CONTROLS.get(row, (row, None))[0]
+    config = CONTROLS.get(row, (row, None))[0]
     with open(os.path.join(paper_table.REPO, "configs", paper_table.CONFIG["mt"].format(config) + ".yaml")) as f:
         model = yaml.safe_load(f)["model"]
     return model.get("encoder_attention") == "eva" and bool(model.get("eva_rpe"))
