@@ -2,7 +2,6 @@
 in subprocesses, parsing their logs, preparing subsets of the bundled sample once per test run, and
 importing scripts/*.py as modules."""
 
-import importlib.util
 import json
 import math
 import os
@@ -26,14 +25,6 @@ LM_SIZES = {"train": 800, "valid": 100, "test": 100}
 VOCAB = 1000
 
 _CACHE = {}
-
-
-def script_module(name):
-    """scripts/NAME.py imported as a module, for testing its helpers without running it."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def cli_env():

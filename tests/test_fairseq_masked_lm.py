@@ -11,7 +11,7 @@ import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_eva.plugin  # noqa: E402,F401  (registers the models, for loading the checkpoint in this process)
-from fairseq_helpers import REPO, USER_DIR, is_finite, json_records, lm_data, run, script_module  # noqa: E402
+from fairseq_helpers import REPO, USER_DIR, is_finite, json_records, lm_data, run  # noqa: E402
 
 UPDATES = 12
 
@@ -94,7 +94,8 @@ def test_mlm_order_reads_the_masks_fairseq_validate_reads_and_shuffles_each_bloc
 
 
 def test_shuffle_keeps_the_first_token_and_the_padding_and_moves_targets_with_their_inputs():
-    mlm_order = script_module("mlm_order")
+    from benchmarks.experiments import mlm_order
+
     pad = 1
     src = torch.arange(10, 42).view(2, 16)
     src[1, 12:] = pad

@@ -2,9 +2,8 @@
 
 import math
 
-from fairseq_helpers import run, script_module
-
-fb = script_module("frequency_baseline")
+from benchmarks.experiments import frequency as fb
+from fairseq_helpers import run
 
 
 def test_frequency_perplexity_equals_the_hand_computed_one(tmp_path):

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from benchmarks.experiments import lm_diagnostics
 from benchmarks.experiments import long_context as lc
-from fairseq_helpers import script_module as load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "long_context.py")
@@ -383,7 +383,7 @@ def eva_layer(window, chunk_size, length=64, dim=32, heads=2, chunk_logit_offset
 @torch.no_grad()
 def test_reference_outputs_local_equals_eva_without_chunks():
     attn, x = eva_layer(window=16, chunk_size=0)
-    y = load("lm_diagnostics").reference_outputs(attn, x)
+    y = lm_diagnostics.reference_outputs(attn, x)
     assert torch.allclose(y["eva"], y["local"], atol=1e-10)
     assert (y["eva"] - y["softmax"]).abs().max() > 1e-2  # later windows miss the earlier keys
 
@@ -391,10 +391,10 @@ def test_reference_outputs_local_equals_eva_without_chunks():
 @torch.no_grad()
 def test_reference_outputs_agree_when_one_window_covers_the_sequence():
     attn, x = eva_layer(window=64, chunk_size=8)
-    y = load("lm_diagnostics").reference_outputs(attn, x)
+    y = lm_diagnostics.reference_outputs(attn, x)
     assert torch.allclose(y["eva"], y["softmax"], atol=1e-10) and torch.allclose(y["local"], y["softmax"], atol=1e-10)
     attn, x = eva_layer(window=16, chunk_size=8)  # the first window alone is exact in all three
-    y = load("lm_diagnostics").reference_outputs(attn, x)
+    y = lm_diagnostics.reference_outputs(attn, x)
     for name in ("eva", "local"):
         assert torch.allclose(y[name][..., :16, :], y["softmax"][..., :16, :], atol=1e-10)
         assert (y[name][..., 16:, :] - y["softmax"][..., 16:, :]).abs().max() > 1e-2
@@ -406,7 +406,7 @@ def test_diagnostics_move_a_chunk_logit_offset_back_to_the_chunks():
     its statistics see the bias of the layer without it, and the chunk logits raised by b."""
     plain, x = eva_layer(window=16, chunk_size=8)
     shifted, _ = eva_layer(window=16, chunk_size=8, chunk_logit_offset=2.0)  # the same parameters
-    diagnostics = load("lm_diagnostics")
+    diagnostics = lm_diagnostics
     assert torch.allclose(diagnostics.reference_outputs(shifted, x)["softmax"],
                           diagnostics.reference_outputs(plain, x)["softmax"], atol=1e-10)
     a, b = diagnostics.layer_stats(plain, x), diagnostics.layer_stats(shifted, x)
@@ -469,7 +469,7 @@ def test_mechanism_rows_train_evaluate_and_show_their_cost_in_the_report(tmp_pat
 
 def test_loss_by_position_averages_doubling_ranges():
     nll = torch.arange(24, dtype=torch.float64).reshape(2, 12)
-    by = load("lm_diagnostics").loss_by_position(nll)
+    by = lm_diagnostics.loss_by_position(nll)
     assert list(by) == ["0-0", "1-1", "2-3", "4-7", "8-11"]
     assert by["0-0"] == 6.0 and by["2-3"] == 8.5 and by["8-11"] == (sum(range(8, 12)) + sum(range(20, 24))) / 8
-    assert list(load("lm_diagnostics").loss_by_position(nll[:, :8])) == ["0-0", "1-1", "2-3", "4-7"]
+    assert list(lm_diagnostics.loss_by_position(nll[:, :8])) == ["0-0", "1-1", "2-3", "4-7"]
