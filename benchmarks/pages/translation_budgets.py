@@ -91,16 +91,15 @@ def translation_budgets():
     return "\n".join(lines)
 
 
-def same_start():
+def same_start(short, long):
     """How many of the 24-epoch runs' validations up to the demo's budget equal the 8-epoch runs' of the same row
     and seed: the longer runs are the shorter ones trained on, not other draws."""
-    short, long = budgets()
     equal = total = 0
     for row, rs in short.items():
         by_seed = {r["seed"]: r for r in long[row]}
         for r in rs:
             if r["seed"] in by_seed:
-                later = dict((u, loss) for u, _, loss in by_seed[r["seed"]]["curve"])
+                later = {u: loss for u, _, loss in by_seed[r["seed"]]["curve"]}
                 total += len(r["curve"])
                 equal += sum(later.get(u) == loss for u, _, loss in r["curve"])
     return equal, total
@@ -139,7 +138,7 @@ def translation_reversal():
     fall8, fall24 = (sum(end_of(rs)[1] for rs in runs.values()) / len(runs) for runs in (short, long))
     lines += ["", f"Validation loss fell by {fall24:.3f} per 1,000 updates over the 24th epoch (the mean over the "
               f"rows) against {fall8:.3f} over the 8th."]
-    equal, total = same_start()
+    equal, total = same_start(short, long)
     lines += ["", f"The 24-epoch runs pass through the 8-epoch runs: {equal} of the {total} validation losses of the "
               "8-epoch runs equal those of the 24-epoch run of the same row and seed at the same update."]
     return "By the rule of the tables, test BLEU:\n\n" + "\n".join(lines)
